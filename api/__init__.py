@@ -1,0 +1,1 @@
+"""HTTP layer: FastAPI routers per resource, wire schemas, and the one error mapper."""

@@ -1,0 +1,83 @@
+"""Request dependencies: the store, the limits, and the checked Client-ID / X-Project-ID / queue name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import orjson
+from fastapi import Depends, Header, Path, Request
+from pydantic import BaseModel, ValidationError
+
+from core.clock import Clock
+from core.errors import InvalidBody, PayloadTooLarge
+from core.limits import Limits, check_client_id, check_project, check_queue_name
+from core.models import QueueRef
+from storage.base import Store
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def get_store(request: Request) -> Store:
+    store: Store = request.app.state.store
+    return store
+
+
+def get_limits(request: Request) -> Limits:
+    limits: Limits = request.app.state.limits
+    return limits
+
+
+def get_clock(request: Request) -> Clock:
+    clock: Clock = request.app.state.clock
+    return clock
+
+
+def project_id(x_project_id: Annotated[str | None, Header(alias="X-Project-ID")] = None) -> str:
+    return check_project(x_project_id)
+
+
+def client_id(client_id: Annotated[str | None, Header(alias="Client-ID")] = None) -> str:
+    return check_client_id(client_id)
+
+
+def queue_ref(
+    queue_name: Annotated[str, Path(description="Queue name: letters, digits, '_', '-', '.'; 1 to 64.")],
+    project: Annotated[str, Depends(project_id)],
+    _client: Annotated[str, Depends(client_id)],
+) -> QueueRef:
+    return QueueRef(project=project, name=check_queue_name(queue_name))
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+LimitsDep = Annotated[Limits, Depends(get_limits)]
+ClockDep = Annotated[Clock, Depends(get_clock)]
+ProjectDep = Annotated[str, Depends(project_id)]
+ClientIdDep = Annotated[str, Depends(client_id)]
+QueueDep = Annotated[QueueRef, Depends(queue_ref)]
+
+
+async def read_json(request: Request, *, max_size: int, what: str) -> tuple[Any, int]:
+    """The parsed JSON body (None when empty) and its size in bytes; 413 past `max_size`."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_size:
+        raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {declared}.")
+    raw = await request.body()
+    if len(raw) > max_size:
+        raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {len(raw)}.")
+    if not raw.strip():
+        return None, 0
+    try:
+        return orjson.loads(raw), len(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidBody("Request body could not be parsed: it is not valid JSON.") from None
+
+
+def validate_body(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            parts.append(f"{where}: {err['msg']}" if where else err["msg"])
+        raise InvalidBody("; ".join(parts)) from None

@@ -1,0 +1,53 @@
+"""Domain models -> wire dicts, encoded with orjson (hot paths skip pydantic serialisation)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from fastapi import Response
+
+from core.models import Message, MessageStamp
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def message_href(queue: str, message_id: str, claim_id: str | None = None) -> str:
+    href = f"/v2/queues/{queue}/messages/{message_id}"
+    return f"{href}?claim_id={claim_id}" if claim_id else href
+
+
+def message(m: Message, now_ms: int) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": m.id,
+        "href": message_href(m.queue, m.id, m.claim_id if m.is_claimed(now_ms) else None),
+        "ttl": m.ttl,
+        "age": m.age(now_ms),
+        "body": m.body,
+        "claim_count": m.claim_count,
+    }
+    if m.dead_letter is not None:
+        d = m.dead_letter
+        out["dead_letter"] = {
+            "source_queue": d.source_queue,
+            "reason": d.reason,
+            "claim_count": d.claim_count,
+            "dead_lettered_at": iso(d.dead_lettered_at_ms),
+            "first_enqueued_at": iso(d.first_enqueued_at_ms),
+        }
+    return out
+
+
+def stamp(queue: str, s: MessageStamp | None, now_ms: int) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"href": message_href(queue, s.id), "age": max(0, (now_ms - s.created_ms) // 1000),
+            "created": iso(s.created_ms)}
+
+
+def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(content), status_code=status_code, headers=headers,
+                    media_type="application/json")

@@ -1,0 +1,110 @@
+"""Claims: create (with ttl, grace, limit), get, renew (PATCH), release (DELETE)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_json, validate_body
+from api.render import json_response, message
+from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut
+from core.errors import ClaimNotFound
+from core.limits import Limits, check_claim_grace, check_claim_ttl, check_page_limit, is_valid_id
+from core.models import ClaimId
+
+router = APIRouter(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+
+CLAIM_BODY = {
+    "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ClaimIn"}}}}
+}
+
+
+async def _claim_body(request: Request, limits: Limits) -> ClaimIn:
+    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="A claim body")
+    return validate_body(ClaimIn, raw or {})
+
+
+def _claim_id(claim_id: str, queue: str) -> ClaimId:
+    if not is_valid_id(claim_id):
+        raise ClaimNotFound(f"Claim {claim_id[:40]} does not exist in queue {queue}.")
+    return ClaimId(claim_id)
+
+
+@router.post(
+    "/v2/queues/{queue_name}/claims",
+    status_code=201,
+    response_model=MessagesOut,
+    summary="Claim up to `limit` messages (204 when none is claimable)",
+    responses={204: {"description": "Nothing to claim."}},
+    openapi_extra=CLAIM_BODY,
+)
+async def create_claim(
+    q: QueueDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    clock: ClockDep,
+    request: Request,
+    limit: Annotated[int | None, Query(description="Most messages to claim, 1 to 20.")] = None,
+) -> Response:
+    size = check_page_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
+    body = await _claim_body(request, limits)
+    ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
+    grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
+    result = await store.claim(q, ttl=ttl, grace=grace, limit=size)
+    if result.claim is None:
+        return Response(status_code=204)
+    now = clock.now_ms()
+    return json_response(
+        {"messages": [message(m, now) for m in result.claim.messages]},
+        status_code=201,
+        headers={"Location": f"/v2/queues/{q.name}/claims/{result.claim.id}"},
+    )
+
+
+@router.get(
+    "/v2/queues/{queue_name}/claims/{claim_id}",
+    response_model=ClaimOut,
+    summary="A claim and the messages it holds",
+    responses={404: {"model": ErrorOut}},
+)
+async def get_claim(q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep) -> Response:
+    claim = await store.get_claim(q, _claim_id(claim_id, q.name))
+    now = clock.now_ms()
+    return json_response({
+        "age": claim.age(now), "ttl": claim.ttl, "grace": claim.grace,
+        "href": f"/v2/queues/{q.name}/claims/{claim.id}",
+        "messages": [message(m, now) for m in claim.messages],
+    })
+
+
+@router.patch(
+    "/v2/queues/{queue_name}/claims/{claim_id}",
+    status_code=204,
+    summary="Renew a claim: new ttl and grace, age starts again",
+    responses={404: {"model": ErrorOut}},
+    openapi_extra=CLAIM_BODY,
+)
+async def renew_claim(
+    q: QueueDep, claim_id: str, store: StoreDep, limits: LimitsDep, request: Request
+) -> Response:
+    cid = _claim_id(claim_id, q.name)
+    body = await _claim_body(request, limits)
+    ttl, grace = body.ttl, body.grace
+    if ttl is None or grace is None:  # keep what the claim has for a field not given
+        current = await store.get_claim(q, cid)
+        ttl = current.ttl if ttl is None else ttl
+        grace = current.grace if grace is None else grace
+    await store.renew_claim(q, cid, ttl=check_claim_ttl(ttl, limits), grace=check_claim_grace(grace, limits))
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/v2/queues/{queue_name}/claims/{claim_id}",
+    status_code=204,
+    summary="Release a claim: its messages can be claimed again",
+)
+async def release_claim(q: QueueDep, claim_id: str, store: StoreDep) -> Response:
+    if is_valid_id(claim_id):
+        await store.release_claim(q, ClaimId(claim_id))
+    return Response(status_code=204)

@@ -1,0 +1,158 @@
+"""Messages: post in batches, list with marker paging, get/delete by ids, pop, get/delete one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Query, Request, Response
+
+from api.deps import ClientIdDep, ClockDep, LimitsDep, QueueDep, StoreDep, read_json, validate_body
+from api.render import json_response, message
+from api.schemas import ErrorOut, MessageOut, MessagesOut, MessagesPage, PostedOut, PostMessagesIn
+from core.errors import InvalidInput, MessageNotFound
+from core.limits import check_message_delay, check_message_ttl, check_page_limit, check_range, is_valid_id
+from core.models import ClaimId, MessageId, NewMessage
+
+router = APIRouter(tags=["messages"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+
+POST_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PostMessagesIn"}}},
+    }
+}
+
+
+def _ids(raw: str, max_ids: int) -> list[MessageId]:
+    ids = [i for i in raw.split(",") if i]
+    if not ids:
+        raise InvalidInput("ids must list at least one message id.")
+    if len(ids) > max_ids:
+        raise InvalidInput(f"ids may list at most {max_ids} message ids; got {len(ids)}.")
+    return [MessageId(i) for i in ids if is_valid_id(i)]
+
+
+@router.post(
+    "/v2/queues/{queue_name}/messages",
+    status_code=201,
+    response_model=PostedOut,
+    summary="Post messages (the queue is created if absent)",
+    responses={413: {"model": ErrorOut}},
+    openapi_extra=POST_BODY,
+)
+async def post_messages(
+    q: QueueDep, client: ClientIdDep, store: StoreDep, limits: LimitsDep, request: Request
+) -> Response:
+    raw, size = await read_json(request, max_size=limits.max_messages_post_size, what="A message post")
+    body = validate_body(PostMessagesIn, raw)
+    new = []
+    for i, m in enumerate(body.messages):
+        if m.ttl is not None:
+            check_message_ttl(m.ttl, limits, f"messages.{i}.ttl")
+        if m.delay is not None:
+            check_message_delay(m.delay, limits, f"messages.{i}.delay")
+        new.append(NewMessage(body=m.body, ttl=m.ttl, delay=m.delay))
+    ids = await store.post_messages(q, new, client_id=client, default_ttl=limits.default_message_ttl,
+                                    default_delay=0, body_size=size)
+    base = f"/v2/queues/{q.name}/messages"
+    return json_response({"resources": [f"{base}/{i}" for i in ids]}, status_code=201,
+                         headers={"Location": f"{base}?ids={','.join(ids)}"})
+
+
+@router.get(
+    "/v2/queues/{queue_name}/messages",
+    response_model=MessagesPage,
+    summary="List messages (marker paging), or get messages by ids",
+    responses={404: {"model": ErrorOut}},
+)
+async def list_messages(
+    q: QueueDep,
+    client: ClientIdDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    clock: ClockDep,
+    ids: Annotated[str | None, Query(description="Comma-separated message ids (at most 20).")] = None,
+    marker: Annotated[str | None, Query(description="Where the previous page ended.")] = None,
+    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
+    echo: Annotated[bool, Query(description="Include this client's own messages.")] = False,
+    include_claimed: bool = False,
+    include_delayed: bool = False,
+) -> Response:
+    if ids is not None:
+        found = await store.get_messages(q, _ids(ids, limits.max_messages_per_page))
+        if not found:
+            raise MessageNotFound("None of the listed messages exists.")
+        now = clock.now_ms()
+        return json_response({"messages": [message(m, now) for m in found]})
+    size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
+    if marker is not None and not marker.isdigit():
+        raise InvalidInput(f"marker must be the marker of a previous page's next link; got {marker[:40]!r}.")
+    page = await store.list_messages(
+        q, marker=int(marker) if marker else None, limit=size, echo=echo, client_id=client,
+        include_claimed=include_claimed, include_delayed=include_delayed,
+    )
+    now = clock.now_ms()
+    links = []
+    if page.next_marker is not None:
+        query = urlencode({"marker": page.next_marker, "limit": size, "echo": str(echo).lower(),
+                           "include_claimed": str(include_claimed).lower(),
+                           "include_delayed": str(include_delayed).lower()})
+        links.append({"rel": "next", "href": f"/v2/queues/{q.name}/messages?{query}"})
+    return json_response({"messages": [message(m, now) for m in page.items], "links": links})
+
+
+@router.delete(
+    "/v2/queues/{queue_name}/messages",
+    summary="Delete messages by ids (204), or pop up to N messages (200)",
+    status_code=204,
+    responses={200: {"model": MessagesOut, "description": "The popped messages."}},
+)
+async def delete_messages(
+    q: QueueDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    clock: ClockDep,
+    ids: Annotated[str | None, Query(description="Comma-separated message ids (at most 20).")] = None,
+    pop: Annotated[int | None, Query(description="How many messages to take and delete, 1 to 20.")] = None,
+) -> Response:
+    if (ids is None) == (pop is None):
+        raise InvalidInput("Give either ids (to delete those messages) or pop (to take N), not both or neither.")
+    if pop is not None:
+        check_range(pop, 1, limits.max_messages_per_page, "pop")
+        popped = await store.pop_messages(q, limit=pop)
+        now = clock.now_ms()
+        return json_response({"messages": [message(m, now) for m in popped]})
+    assert ids is not None
+    await store.delete_messages(q, _ids(ids, limits.max_messages_per_page))
+    return Response(status_code=204)
+
+
+@router.get(
+    "/v2/queues/{queue_name}/messages/{message_id}",
+    response_model=MessageOut,
+    summary="Get one message",
+    responses={404: {"model": ErrorOut}},
+)
+async def get_message(q: QueueDep, message_id: str, store: StoreDep, clock: ClockDep) -> Response:
+    found = await store.get_messages(q, [MessageId(message_id)]) if is_valid_id(message_id) else []
+    if not found:
+        raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {q.name}.")
+    return json_response(message(found[0], clock.now_ms()))
+
+
+@router.delete(
+    "/v2/queues/{queue_name}/messages/{message_id}",
+    status_code=204,
+    summary="Delete one message (a claimed one needs its claim_id)",
+    responses={403: {"model": ErrorOut}},
+)
+async def delete_message(
+    q: QueueDep,
+    message_id: str,
+    store: StoreDep,
+    claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
+) -> Response:
+    if is_valid_id(message_id):
+        await store.delete_message(q, MessageId(message_id), claim_id=ClaimId(claim_id) if claim_id else None)
+    return Response(status_code=204)

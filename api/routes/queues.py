@@ -1,0 +1,154 @@
+"""Queues: create (PUT), metadata (GET, PATCH json-patch), delete, list, stats, purge."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import orjson
+from fastapi import APIRouter, Query, Request, Response
+
+from api.deps import ClientIdDep, ClockDep, LimitsDep, ProjectDep, QueueDep, StoreDep, read_json, validate_body
+from api.errors import JSON_PATCH
+from api.render import json_response, stamp
+from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut
+from core.errors import Conflict, InvalidBody, PayloadTooLarge, UnsupportedMediaType
+from core.limits import Limits, check_page_limit
+from core.metadata import QueuePolicy, parse_policy, with_reserved_defaults
+from core.models import QueueRef
+
+router = APIRouter(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+
+METADATA_BODY = {"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}}
+PATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            JSON_PATCH: {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/PatchOp"}}}
+        },
+    }
+}
+
+
+def _checked(q: QueueRef, metadata: Any, limits: Limits) -> QueuePolicy:
+    if not isinstance(metadata, dict):
+        raise InvalidBody("Queue metadata must be a JSON object.")
+    size = len(orjson.dumps(metadata))
+    if size > limits.max_queue_metadata:
+        raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
+    return parse_policy(metadata, limits, queue=q.name)
+
+
+@router.get("/v2/queues", response_model=QueuesPage, summary="List the project's queues")
+async def list_queues(
+    store: StoreDep,
+    limits: LimitsDep,
+    project: ProjectDep,
+    _client: ClientIdDep,
+    marker: Annotated[str | None, Query(description="Name of the last queue of the previous page.")] = None,
+    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
+    detailed: bool = False,
+) -> Response:
+    size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
+    page = await store.list_queues(project, marker=marker, limit=size, detailed=detailed)
+    queues = []
+    for info in page.items:
+        item: dict[str, Any] = {"name": info.name, "href": f"/v2/queues/{info.name}"}
+        if detailed:
+            item["metadata"] = info.metadata
+        queues.append(item)
+    links = []
+    if page.next_marker is not None and len(page.items) == size:
+        query = urlencode({"marker": page.next_marker, "limit": size, "detailed": str(detailed).lower()})
+        links.append({"rel": "next", "href": f"/v2/queues?{query}"})
+    return json_response({"queues": queues, "links": links})
+
+
+@router.put(
+    "/v2/queues/{queue_name}",
+    status_code=201,
+    summary="Create a queue (201), or leave an existing one as it is (204)",
+    responses={204: {"description": "The queue existed; its metadata is unchanged."}, 413: {"model": ErrorOut}},
+    openapi_extra=METADATA_BODY,
+)
+async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
+    metadata, _ = await read_json(request, max_size=limits.max_queue_metadata, what="Queue metadata")
+    metadata = {} if metadata is None else metadata
+    policy = _checked(q, metadata, limits)
+    created = await store.create_queue(q, metadata=metadata, policy=policy)
+    return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
+
+
+@router.get("/v2/queues/{queue_name}", summary="Queue metadata, reserved keys filled with their defaults")
+async def get_queue(q: QueueDep, store: StoreDep, limits: LimitsDep) -> dict[str, Any]:
+    return with_reserved_defaults(await store.get_metadata(q), limits)
+
+
+def _apply_patch(metadata: dict[str, Any], ops: list[PatchOp]) -> dict[str, Any]:
+    patched = dict(metadata)
+    for op in ops:
+        if not op.path.startswith("/metadata/") or op.path == "/metadata/":
+            raise InvalidBody(f"Patch paths must look like /metadata/<key>; got {op.path!r}.")
+        key = op.path.removeprefix("/metadata/").replace("~1", "/").replace("~0", "~")
+        reserved = key.startswith("_")
+        if op.op in ("replace", "remove") and key not in patched and not reserved:
+            raise Conflict(f"Cannot {op.op} metadata key {key!r}: the queue has no such key.")
+        if op.op == "remove":
+            patched.pop(key, None)
+        else:
+            patched[key] = op.value
+    return patched
+
+
+@router.patch(
+    "/v2/queues/{queue_name}",
+    summary="Change queue metadata with a JSON patch (add, replace, remove)",
+    responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}, 415: {"model": ErrorOut}},
+    openapi_extra=PATCH_BODY,
+)
+async def patch_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> dict[str, Any]:
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type != JSON_PATCH:
+        raise UnsupportedMediaType(f"Queue metadata is patched with Content-Type {JSON_PATCH}.")
+    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="The patch")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
+    ops = [validate_body(PatchOp, item) for item in raw]
+    metadata = _apply_patch(await store.get_metadata(q), ops)
+    policy = _checked(q, metadata, limits)
+    await store.set_metadata(q, metadata=metadata, policy=policy)
+    return with_reserved_defaults(metadata, limits)
+
+
+@router.delete("/v2/queues/{queue_name}", status_code=204, summary="Delete a queue and its messages")
+async def delete_queue(q: QueueDep, store: StoreDep) -> Response:
+    await store.delete_queue(q)
+    return Response(status_code=204)
+
+
+@router.get("/v2/queues/{queue_name}/stats", response_model=StatsOut, summary="Message counts")
+async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response:
+    s = await store.stats(q)
+    now = clock.now_ms()
+    counts: dict[str, Any] = {"free": s.free, "claimed": s.claimed, "total": s.total, "delayed": s.delayed,
+                              "dead_lettered": s.dead_lettered, "discarded": s.discarded}
+    if s.oldest is not None:
+        counts["oldest"] = stamp(q.name, s.oldest, now)
+        counts["newest"] = stamp(q.name, s.newest, now)
+    return json_response({"messages": counts})
+
+
+@router.post(
+    "/v2/queues/{queue_name}/purge",
+    status_code=204,
+    summary="Delete the queue's messages, keep the queue",
+    openapi_extra={"requestBody": {"content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/PurgeIn"}}}}},
+)
+async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
+    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="The purge body")
+    body = validate_body(PurgeIn, raw or {})
+    # Charon has no subscriptions, so only "messages" has anything to purge.
+    if body.resource_types is None or "messages" in body.resource_types:
+        await store.purge(q)
+    return Response(status_code=204)

@@ -1,0 +1,1 @@
+"""Settings, the app factory, the embedded store launcher and the CLI."""

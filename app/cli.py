@@ -1,0 +1,59 @@
+"""`charon serve` runs the service; `charon openapi` prints the published API as YAML."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from app.settings import Settings
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.embedded import EmbeddedRedis
+
+    settings = Settings()
+    embedded = None
+    if settings.storage_uri is None:
+        # Started here, once, so that every worker process shares the one embedded store.
+        embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
+        os.environ["CHARON_STORAGE_URI"] = embedded.start()
+        print(f"charon: embedded redis-server at {embedded.uri} (AOF in {embedded.data_dir})", flush=True)
+    try:
+        uvicorn.run("app.main:create_app", factory=True, host=args.host or settings.host,
+                    port=args.port or settings.port, workers=args.workers or settings.workers,
+                    log_level=args.log_level, access_log=False)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def openapi(_: argparse.Namespace) -> int:
+    import yaml
+
+    from app.main import create_app
+
+    sys.stdout.write(yaml.safe_dump(create_app().openapi(), sort_keys=False, allow_unicode=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="charon", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the HTTP API (uvicorn)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.add_argument("--workers", type=int)
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=serve)
+    sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

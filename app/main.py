@@ -1,0 +1,78 @@
+"""create_app(): the FastAPI application, its store opened and closed by the lifespan."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from api.errors import register_error_handlers
+from api.routes import claims, health, messages, queues
+from api.schemas import REQUEST_MODELS
+from app.embedded import EmbeddedRedis
+from app.settings import Settings
+from core.clock import Clock, SystemClock
+from storage.base import Store
+from storage.registry import open_store
+
+VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None) -> FastAPI:
+    """Build the app. With `store` given the caller owns it; otherwise the lifespan opens the configured one
+    (an embedded redis-server when no storage URI is set) and closes it at shutdown."""
+    settings = settings or Settings()
+    clock = clock or SystemClock()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if store is not None:
+            app.state.store = store
+            yield
+            return
+        embedded = None
+        uri = settings.storage_uri
+        if uri is None:
+            embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
+            uri = embedded.start()
+        app.state.store = open_store(uri, namespace=settings.namespace, clock=clock)
+        try:
+            yield
+        finally:
+            await app.state.store.aclose()
+            if embedded is not None:
+                embedded.stop()
+
+    app = FastAPI(
+        title="Charon",
+        version=VERSION,
+        description="A Zaqar-v2-compatible message queue with first-class dead-letter queues.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.limits = settings.limits
+    app.state.clock = clock
+    if store is not None:
+        app.state.store = store
+    register_error_handlers(app)
+    for module in (health, queues, messages, claims):
+        app.include_router(module.router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented
+                doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(doc.pop("$defs", {}))
+                components[model.__name__] = doc
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

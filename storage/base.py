@@ -1,0 +1,131 @@
+"""The storage driver interface: one coroutine per API operation, each atomic in its backend.
+
+Every method takes a `QueueRef` (project + queue name) first and keyword-only arguments after it. Time comes
+from the Clock the driver was built with. Drivers raise only `core.errors` classes: `StorageUnavailable`
+when the backend cannot be reached, the others as each method says. The API layer never calls two store
+methods where a crash between them could break a promise of ARCHITECTURE.md §3.
+
+Queues are lazy, as in Zaqar v2: a queue that was never created reads as empty (no metadata, zero stats,
+nothing to list or claim), and posting to it creates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from core.metadata import QueuePolicy
+from core.models import (
+    Claim,
+    ClaimId,
+    ClaimResult,
+    Message,
+    MessageId,
+    NewMessage,
+    Page,
+    QueueInfo,
+    QueueRef,
+    QueueStats,
+)
+
+
+class QueueStore(Protocol):
+    async def create_queue(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> bool:
+        """Create `q` with `metadata`; True when created. An existing queue keeps its metadata (False)."""
+
+    async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
+        """The stored metadata; {} for a queue never created."""
+
+    async def set_metadata(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> None:
+        """Replace the metadata (already validated into `policy`), creating the queue when absent."""
+
+    async def list_queues(
+        self, project: str, *, marker: str | None, limit: int, detailed: bool
+    ) -> Page[QueueInfo]:
+        """Queues of `project` in name order after `marker`; metadata only when `detailed`."""
+
+    async def delete_queue(self, q: QueueRef) -> None:
+        """Delete the queue and its messages. Deleting a missing queue is not an error."""
+
+    async def purge(self, q: QueueRef) -> None:
+        """Delete every message of the queue and keep the queue and its metadata."""
+
+    async def stats(self, q: QueueRef) -> QueueStats:
+        """Counts of free, claimed, delayed and all live messages, oldest/newest, and DLQ counters."""
+
+
+class MessageStore(Protocol):
+    async def post_messages(
+        self,
+        q: QueueRef,
+        messages: Sequence[NewMessage],
+        *,
+        client_id: str,
+        default_ttl: int,
+        default_delay: int,
+        body_size: int,
+    ) -> list[MessageId]:
+        """Append `messages` in order (FIFO), creating the queue when absent; returns their ids.
+
+        A message's ttl/delay of None takes the queue's `_default_message_*`, else `default_ttl`/`_delay`.
+
+        Raises:
+            PayloadTooLarge: `body_size` is over the queue's `_max_messages_post_size`.
+        """
+
+    async def list_messages(
+        self,
+        q: QueueRef,
+        *,
+        marker: int | None,
+        limit: int,
+        echo: bool,
+        client_id: str,
+        include_claimed: bool,
+        include_delayed: bool,
+    ) -> Page[Message]:
+        """Live messages after `marker` in posting order. `echo=False` hides `client_id`'s own messages."""
+
+    async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
+        """The live messages of `q` among `ids` (unknown ids are left out)."""
+
+    async def delete_message(self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId | None) -> None:
+        """Delete one message; deleting a missing one is not an error.
+
+        Raises:
+            ClaimMismatch: the message is claimed and `claim_id` is not the claim that holds it, or
+                `claim_id` is given and no claim holds the message any more.
+        """
+
+    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
+        """Delete the messages with these ids, claimed or not (Zaqar's bulk delete)."""
+
+    async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
+        """Take up to `limit` of the oldest claimable messages and delete them in the same step."""
+
+
+class ClaimStore(Protocol):
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+        """Claim up to `limit` claimable messages, oldest first, in one atomic step.
+
+        Each claimed message's claim_count is incremented in that step and it lives at least until the claim
+        ends plus `grace`. A message whose claim_count already equals the queue's `_max_claim_count` is moved
+        to the DLQ (or discarded when none is set) instead, and picking goes on until `limit` messages are
+        claimed or none is left. `claim` is None when nothing was claimed.
+        """
+
+    async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
+        """The claim with the live messages it still holds. Raises ClaimNotFound (also once expired)."""
+
+    async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
+        """Restart the claim with a new ttl and grace. Raises ClaimNotFound."""
+
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
+        """Return the claim's messages to the queue; exhausted ones move to the DLQ now. Unknown ids: no-op."""
+
+
+class Store(QueueStore, MessageStore, ClaimStore, Protocol):
+    async def ping(self) -> None:
+        """Raises StorageUnavailable when the backend does not answer."""
+
+    async def aclose(self) -> None: ...

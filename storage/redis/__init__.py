@@ -1,0 +1,1 @@
+"""The Redis driver: one Lua script per atomic operation (lua/*.lua), keys built in keys.py."""

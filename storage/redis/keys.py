@@ -1,0 +1,47 @@
+"""Every Redis key name, built in one place (the Lua side derives the same names; see lua/lib.lua).
+
+All keys of a project share the hash tag ``{<project>}``, so every script's keys, a queue's DLQ included,
+live in one Redis Cluster slot. The trade-off: one project is one slot, so a single very large tenant cannot
+spread over a cluster's shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.models import QueueRef
+
+KEY_LAYOUT_VERSION = 1
+
+
+def _tag(project: str) -> str:
+    # '{' and '}' would end the hash tag early and '%' is the escape itself; the rest is kept as is.
+    return project.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def project_prefix(namespace: str, project: str) -> str:
+    return f"{namespace}:{{{_tag(project)}}}:"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    prefix: str
+    name: str
+
+    @classmethod
+    def of(cls, namespace: str, q: QueueRef) -> QueueKeys:
+        return cls(project_prefix(namespace, q.project), q.name)
+
+    @property
+    def queue(self) -> str:
+        return f"{self.prefix}q:{self.name}"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}queues"
+
+    def all(self) -> list[str]:
+        """The KEYS every queue script takes, in lib.lua's keys_from() order."""
+        base = self.queue
+        return [base, f"{base}:msgs", f"{base}:ready", f"{base}:delayed", f"{base}:claimed",
+                f"{base}:expiry", self.queues]

@@ -1,0 +1,48 @@
+-- claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace, limit])
+--   -> {n_dead_lettered, n_discarded, view1, view2, ...}   (no claim is stored when no view is returned)
+-- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
+-- (promise 5). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
+-- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are
+-- claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
+local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local claim_id, ttl, grace, limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local K = keys_from(KEYS)
+local pol = policy(K)
+housekeep(prefix, K, name, now, pol)
+local ce = now + ttl * 1000
+local ck = prefix .. 'c:' .. claim_id
+local out = {0, 0}
+local got = 0
+while got < limit do
+  local ids = redis.call('ZRANGE', K.ready, 0, limit - got - 1)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local mk = prefix .. 'm:' .. id
+    local f = redis.call('HMGET', mk, 'e', 'cc')
+    redis.call('ZREM', K.ready, id)
+    if not f[1] then
+      unindex(K, id)
+    elseif tonumber(f[1]) <= now then
+      remove_message(prefix, K, id)
+    elseif exhausted(pol, tonumber(f[2])) then
+      local moved = dead_letter(prefix, K, name, id, 'max_claims', now, pol)
+      out[2 - moved] = out[2 - moved] + 1
+    else
+      redis.call('HINCRBY', mk, 'cc', 1)
+      redis.call('HSET', mk, 'c', claim_id, 'ce', ce)
+      -- Zaqar's grace rule: a claimed message lives at least until the claim ends plus grace
+      if tonumber(f[1]) < ce + grace * 1000 then set_expiry(K, mk, id, ce + grace * 1000, now) end
+      redis.call('ZADD', K.claimed, ce, id)
+      redis.call('RPUSH', ck .. ':m', id)
+      table.insert(out, view(prefix, name, id, now))
+      got = got + 1
+    end
+  end
+end
+if got > 0 then
+  redis.call('HSET', ck, 'q', name, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
+  local keep = (ttl + grace) * 1000 + 300000
+  redis.call('PEXPIRE', ck, keep)
+  redis.call('PEXPIRE', ck .. ':m', keep)
+end
+return out

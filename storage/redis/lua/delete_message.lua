@@ -1,0 +1,21 @@
+-- delete_message(KEYS=queue keys, ARGV=[prefix, name, now, id, claim_id or ''])
+--   -> 1 deleted | 0 no such live message (deleting is idempotent, as in Zaqar).
+-- A message under an active claim is deleted only with that claim's id (CHARON_CLAIMED without one,
+-- CHARON_CLAIM_MISMATCH with another); a claim id on a message no claim holds is CHARON_CLAIM_MISMATCH,
+-- since its claim expired and the message may already be someone else's.
+local prefix, name, now, id, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local K = keys_from(KEYS)
+local f = redis.call('HMGET', prefix .. 'm:' .. id, 'q', 'e', 'c', 'ce')
+if f[1] ~= name or tonumber(f[2]) <= now then return 0 end
+local held_by = ''
+if f[3] ~= '' and tonumber(f[4]) > now then held_by = f[3] end
+if held_by ~= '' and claim_id == '' then
+  return redis.error_reply('CHARON_CLAIMED Message ' .. id ..
+    ' is claimed; delete it with the claim_id of the claim that holds it.')
+end
+if claim_id ~= held_by then
+  return redis.error_reply('CHARON_CLAIM_MISMATCH Claim ' .. claim_id .. ' does not hold message ' .. id ..
+    ' (the claim has expired or another claim holds the message).')
+end
+remove_message(prefix, K, id)
+return 1

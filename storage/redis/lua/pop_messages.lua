@@ -1,0 +1,16 @@
+-- pop_messages(KEYS=queue keys, ARGV=[prefix, name, now, limit]) -> {view, ...}
+-- Takes up to `limit` of the oldest claimable messages and deletes them in the same step.
+local prefix, name, now, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local K = keys_from(KEYS)
+housekeep(prefix, K, name, now, policy(K))
+local out = {}
+while #out < limit do
+  local ids = redis.call('ZRANGE', K.ready, 0, limit - #out - 1)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local v = view(prefix, name, id, now)
+    if v then table.insert(out, v) end
+    remove_message(prefix, K, id)
+  end
+end
+return out

@@ -1,0 +1,19 @@
+-- release_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id])
+--   -> {n_released, n_dead_lettered, n_discarded}. Unknown or expired claims release nothing (Zaqar).
+-- A message that has used up its claims moves to the DLQ here and now (promise 7).
+local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local K = keys_from(KEYS)
+local ck = prefix .. 'c:' .. claim_id
+local out = {0, 0, 0}
+if redis.call('HGET', ck, 'q') ~= name then return out end
+local pol = policy(K)
+for _, id in ipairs(redis.call('LRANGE', ck .. ':m', 0, -1)) do
+  local f = redis.call('HMGET', prefix .. 'm:' .. id, 'c', 'q', 'e')
+  if f[1] == claim_id and f[2] == name and tonumber(f[3]) > now then
+    local r = unclaim(prefix, K, name, id, now, pol)
+    if r == 'ready' then out[1] = out[1] + 1 elseif r == 'moved' then out[2] = out[2] + 1
+    else out[3] = out[3] + 1 end
+  end
+end
+redis.call('DEL', ck, ck .. ':m')
+return out

@@ -1,0 +1,28 @@
+-- renew_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace])
+--   -> number of messages still held. The claim now ends at now + ttl and its age starts again (Zaqar);
+--   each message it holds lives at least until then plus grace. Error CHARON_NO_CLAIM as get_claim.
+local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local ttl, grace = tonumber(ARGV[5]), tonumber(ARGV[6])
+local K = keys_from(KEYS)
+local ck = prefix .. 'c:' .. claim_id
+local c = redis.call('HMGET', ck, 'q', 'e')
+if c[1] ~= name or tonumber(c[2]) <= now then
+  return redis.error_reply('CHARON_NO_CLAIM Claim ' .. claim_id .. ' does not exist or has expired.')
+end
+local ce = now + ttl * 1000
+redis.call('HSET', ck, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
+local keep = (ttl + grace) * 1000 + 300000
+redis.call('PEXPIRE', ck, keep)
+redis.call('PEXPIRE', ck .. ':m', keep)
+local held = 0
+for _, id in ipairs(redis.call('LRANGE', ck .. ':m', 0, -1)) do
+  local mk = prefix .. 'm:' .. id
+  local f = redis.call('HMGET', mk, 'c', 'e', 'q')
+  if f[1] == claim_id and f[3] == name and tonumber(f[2]) > now then
+    redis.call('HSET', mk, 'ce', ce)
+    redis.call('ZADD', K.claimed, ce, id)
+    if tonumber(f[2]) < ce + grace * 1000 then set_expiry(K, mk, id, ce + grace * 1000, now) end
+    held = held + 1
+  end
+end
+return held

@@ -1,0 +1,53 @@
+"""Loads lua/*.lua (each prefixed with lib.lua) and maps the scripts' CHARON_* errors to domain errors."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ResponseError
+
+from core import errors
+
+SCRIPT_NAMES = (
+    "create_queue", "set_metadata", "drop_messages", "stats", "post_messages", "list_messages",
+    "get_messages", "delete_message", "delete_messages", "pop_messages", "claim", "get_claim",
+    "renew_claim", "release_claim",
+)
+
+_ERRORS: dict[str, type[errors.CharonError]] = {
+    "CHARON_TOO_LARGE": errors.PayloadTooLarge,
+    "CHARON_NO_CLAIM": errors.ClaimNotFound,
+    "CHARON_CLAIMED": errors.ClaimMismatch,
+    "CHARON_CLAIM_MISMATCH": errors.ClaimMismatch,
+}
+
+
+def _source(name: str) -> str:
+    return (resources.files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
+    """register_script sends EVALSHA and falls back to EVAL (reloading) on NOSCRIPT by itself."""
+    lib = _source("lib")
+    return {name: client.register_script(f"{lib}\n{_source(name)}") for name in SCRIPT_NAMES}
+
+
+def domain_error(exc: ResponseError) -> errors.CharonError | None:
+    """The domain error a script raised with redis.error_reply('CHARON_<CODE> description'), if any."""
+    text = str(exc)
+    code, _, description = text.partition(" ")
+    cls = _ERRORS.get(code)
+    return cls(description) if cls else None
+
+
+async def run(script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+    try:
+        return await script(keys=keys, args=args)
+    except ResponseError as exc:
+        mapped = domain_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from None

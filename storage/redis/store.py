@@ -1,0 +1,253 @@
+"""RedisStore: the Store protocol on Redis (redis-py asyncio); every operation is one script call.
+
+Durability is Redis' own: run the server with AOF (`appendonly yes`, `appendfsync everysec` or `always`).
+Scripts are plain EVALSHA (no FUNCTION), so Redis 6.2 and later work, and every key a script touches shares
+the project's hash tag (keys.py), so Redis Cluster works too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from core.clock import Clock, SystemClock
+from core.errors import StorageUnavailable
+from core.metadata import QueuePolicy
+from core.models import (
+    Claim,
+    ClaimId,
+    ClaimResult,
+    DeadLetter,
+    Message,
+    MessageId,
+    MessageStamp,
+    NewMessage,
+    Page,
+    QueueInfo,
+    QueueRef,
+    QueueStats,
+)
+from storage.redis.keys import QueueKeys, project_prefix
+from storage.redis.scripts import load_scripts, run
+
+DROP_BATCH = 500
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _message(flat: list[Any]) -> Message:
+    """A message from a script's view: [id, field, value, field, value, ...] (lib.lua view())."""
+    f = dict(zip(flat[1::2], flat[2::2], strict=True))
+    dead_letter = None
+    if "dsrc" in f:
+        dead_letter = DeadLetter(
+            source_queue=f["dsrc"],
+            reason=f["drsn"],
+            claim_count=int(f["dcc"]),
+            dead_lettered_at_ms=int(f["dat"]),
+            first_enqueued_at_ms=int(f["dfirst"]),
+        )
+    return Message(
+        id=MessageId(flat[0]),
+        queue=f["q"],
+        body=orjson.loads(f["b"]),
+        ttl=int(f["t"]),
+        created_ms=int(f["cr"]),
+        expires_ms=int(f["e"]),
+        claim_count=int(f["cc"]),
+        claim_id=ClaimId(f["c"]) if f["c"] else None,
+        claim_expires_ms=int(f["ce"]),
+        client_id=f["cl"],
+        dead_letter=dead_letter,
+    )
+
+
+def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy) -> list[Any]:
+    def opt(value: int | str | None) -> int | str:
+        return "" if value is None else value
+
+    return [
+        orjson.dumps(dict(metadata)).decode(),
+        opt(policy.default_message_ttl),
+        opt(policy.default_message_delay),
+        opt(policy.max_messages_post_size),
+        opt(policy.max_claim_count),
+        opt(policy.dead_letter_queue),
+        opt(policy.dead_letter_ttl),
+    ]
+
+
+@asynccontextmanager
+async def _unavailable_as_domain_error() -> AsyncIterator[None]:
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        raise StorageUnavailable(f"Redis is not reachable ({exc}).") from None
+
+
+class RedisStore:
+    def __init__(self, client: aioredis.Redis, *, namespace: str = "charon", clock: Clock | None = None):
+        self._client = client
+        self._namespace = namespace
+        self._clock = clock or SystemClock()
+        self._scripts = load_scripts(client)
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> RedisStore:
+        client = aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        return cls(client, namespace=namespace, clock=clock)
+
+    async def _call(self, name: str, q: QueueRef, *args: Any) -> Any:
+        keys = QueueKeys.of(self._namespace, q)
+        async with _unavailable_as_domain_error():
+            return await run(
+                self._scripts[name], keys.all(), [keys.prefix, q.name, self._clock.now_ms(), *args]
+            )
+
+    # -- queues -------------------------------------------------------------------------------------------
+
+    async def create_queue(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> bool:
+        return bool(await self._call("create_queue", q, *_policy_args(metadata, policy)))
+
+    async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
+        async with _unavailable_as_domain_error():
+            raw = await self._client.hget(QueueKeys.of(self._namespace, q).queue, "meta")
+        return dict(orjson.loads(raw)) if raw else {}
+
+    async def set_metadata(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> None:
+        await self._call("set_metadata", q, *_policy_args(metadata, policy))
+
+    async def list_queues(
+        self, project: str, *, marker: str | None, limit: int, detailed: bool
+    ) -> Page[QueueInfo]:
+        prefix = project_prefix(self._namespace, project)
+        start = f"({marker}" if marker else "-"
+        async with _unavailable_as_domain_error():
+            names: list[str] = await self._client.zrangebylex(f"{prefix}queues", start, "+", 0, limit)
+            metas: list[str | None] = []
+            if detailed and names:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for name in names:
+                        pipe.hget(f"{prefix}q:{name}", "meta")
+                    metas = await pipe.execute()
+        infos = [
+            QueueInfo(name=n, metadata=(dict(orjson.loads(m)) if m else {}) if detailed else None)
+            for n, m in zip(names, metas or [None] * len(names), strict=True)
+        ]
+        return Page(items=infos, next_marker=names[-1] if names else None)
+
+    async def _drop(self, q: QueueRef, *, delete_queue: bool) -> None:
+        # Batched so no single script blocks Redis on a huge queue; each batch is atomic on its own.
+        while await self._call("drop_messages", q, DROP_BATCH, int(delete_queue)) > 0:
+            pass
+
+    async def delete_queue(self, q: QueueRef) -> None:
+        await self._drop(q, delete_queue=True)
+
+    async def purge(self, q: QueueRef) -> None:
+        await self._drop(q, delete_queue=False)
+
+    async def stats(self, q: QueueRef) -> QueueStats:
+        total, claimed, delayed, n_dl, n_disc, _n_rcv, old_id, old_cr, new_id_, new_cr = await self._call(
+            "stats", q
+        )
+        return QueueStats(
+            free=total - claimed,
+            claimed=claimed,
+            delayed=delayed,
+            total=total,
+            oldest=MessageStamp(MessageId(old_id), int(old_cr)) if old_id else None,
+            newest=MessageStamp(MessageId(new_id_), int(new_cr)) if new_id_ else None,
+            dead_lettered=n_dl,
+            discarded=n_disc,
+        )
+
+    # -- messages -----------------------------------------------------------------------------------------
+
+    async def post_messages(
+        self,
+        q: QueueRef,
+        messages: Sequence[NewMessage],
+        *,
+        client_id: str,
+        default_ttl: int,
+        default_delay: int,
+        body_size: int,
+    ) -> list[MessageId]:
+        ids = [MessageId(new_id()) for _ in messages]
+        args: list[Any] = [client_id, default_ttl, default_delay, body_size]
+        for mid, m in zip(ids, messages, strict=True):
+            args += [mid, orjson.dumps(m.body).decode(),
+                     -1 if m.ttl is None else m.ttl, -1 if m.delay is None else m.delay]
+        await self._call("post_messages", q, *args)
+        return ids
+
+    async def list_messages(
+        self,
+        q: QueueRef,
+        *,
+        marker: int | None,
+        limit: int,
+        echo: bool,
+        client_id: str,
+        include_claimed: bool,
+        include_delayed: bool,
+    ) -> Page[Message]:
+        last, more, *views = await self._call(
+            "list_messages", q, marker or 0, limit, int(echo), client_id, int(include_claimed),
+            int(include_delayed),
+        )
+        return Page(items=[_message(v) for v in views], next_marker=str(last) if more else None)
+
+    async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
+        return [_message(v) for v in await self._call("get_messages", q, *ids)]
+
+    async def delete_message(self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId | None) -> None:
+        await self._call("delete_message", q, message_id, claim_id or "")
+
+    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
+        await self._call("delete_messages", q, *ids)
+
+    async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
+        return [_message(v) for v in await self._call("pop_messages", q, limit)]
+
+    # -- claims -------------------------------------------------------------------------------------------
+
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+        claim_id = ClaimId(new_id())
+        now = self._clock.now_ms()
+        dead_lettered, discarded, *views = await self._call("claim", q, claim_id, ttl, grace, limit)
+        claim = None
+        if views:
+            claim = Claim(id=claim_id, queue=q.name, ttl=ttl, grace=grace, created_ms=now,
+                          expires_ms=now + ttl * 1000, messages=[_message(v) for v in views])
+        return ClaimResult(claim=claim, dead_lettered=dead_lettered, discarded=discarded)
+
+    async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
+        ttl, grace, created, expires, *views = await self._call("get_claim", q, claim_id)
+        return Claim(id=claim_id, queue=q.name, ttl=int(ttl), grace=int(grace), created_ms=int(created),
+                     expires_ms=int(expires), messages=[_message(v) for v in views])
+
+    async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
+        await self._call("renew_claim", q, claim_id, ttl, grace)
+
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
+        await self._call("release_claim", q, claim_id)
+
+    # -- service ------------------------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        async with _unavailable_as_domain_error():
+            await self._client.ping()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,98 @@
+"""Real servers for the tests: a private redis-server on a free loopback port, and a live Charon process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import redis
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """redis-server on 127.0.0.1:<free port>; AOF when a data dir is given (crash tests)."""
+
+    def __init__(self, data_dir: Path | None = None) -> None:
+        self.port = free_port()
+        self.data_dir = data_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed; `make install` installs it")
+        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        if self.data_dir is not None:
+            args += ["--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            args += ["--appendonly", "no"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis(port=self.port).ping()
+                return self
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+class CharonProcess:
+    """`charon serve` as a real process (uvicorn), on a free port."""
+
+    def __init__(self, storage_uri: str | None, data_dir: Path | None = None, namespace: str = "charon") -> None:
+        self.port = free_port()
+        self.env = dict(os.environ, CHARON_NAMESPACE=namespace)
+        if storage_uri is not None:
+            self.env["CHARON_STORAGE_URI"] = storage_uri
+        else:
+            self.env.pop("CHARON_STORAGE_URI", None)
+        if data_dir is not None:
+            self.env["CHARON_DATA_DIR"] = str(data_dir)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> CharonProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--log-level", "warning"],
+            env=self.env,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/v2/ping", timeout=1).status_code == 204:
+                    return self
+            except httpx.TransportError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("charon exited at start")
+            time.sleep(0.1)
+        raise RuntimeError("charon did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(15)
