@@ -44,10 +44,14 @@ def message(m: Message, now_ms: int) -> dict[str, Any]:
 def stamp(queue: str, s: MessageStamp | None, now_ms: int) -> dict[str, Any] | None:
     if s is None:
         return None
-    return {"href": message_href(queue, s.id), "age": max(0, (now_ms - s.created_ms) // 1000),
-            "created": iso(s.created_ms)}
+    return {
+        "href": message_href(queue, s.id),
+        "age": max(0, (now_ms - s.created_ms) // 1000),
+        "created": iso(s.created_ms),
+    }
 
 
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(content), status_code=status_code, headers=headers,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(content), status_code=status_code, headers=headers, media_type="application/json"
+    )

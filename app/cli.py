@@ -22,9 +22,15 @@ def serve(args: argparse.Namespace) -> int:
         os.environ["CHARON_STORAGE_URI"] = embedded.start()
         print(f"charon: embedded redis-server at {embedded.uri} (AOF in {embedded.data_dir})", flush=True)
     try:
-        uvicorn.run("app.main:create_app", factory=True, host=args.host or settings.host,
-                    port=args.port or settings.port, workers=args.workers or settings.workers,
-                    log_level=args.log_level, access_log=False)
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=args.host or settings.host,
+            port=args.port or settings.port,
+            workers=args.workers or settings.workers,
+            log_level=args.log_level,
+            access_log=False,
+        )
     finally:
         if embedded is not None:
             embedded.stop()

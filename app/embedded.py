@@ -33,10 +33,29 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         self._proc = subprocess.Popen(  # noqa: S603 - our own binary and arguments
-            [exe, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-             "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "everysec",
-             "--save", "", "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                exe,
+                "--port",
+                "0",
+                "--unixsocket",
+                str(self.socket),
+                "--unixsocketperm",
+                "700",
+                "--dir",
+                str(self.data_dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.data_dir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

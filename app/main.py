@@ -21,7 +21,9 @@ from storage.registry import open_store
 VERSION = "0.1.0"
 
 
-def create_app(settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None
+) -> FastAPI:
     """Build the app. With `store` given the caller owns it; otherwise the lifespan opens the configured one
     (an embedded redis-server when no storage URI is set) and closes it at shutdown."""
     settings = settings or Settings()
@@ -64,8 +66,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                                 routes=app.routes)
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented
                 doc = model.model_json_schema(ref_template="#/components/schemas/{model}")

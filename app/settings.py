@@ -1,4 +1,4 @@
-"""All configuration, from the environment (prefix CHARON_). Built in create_app() or the CLI, never at import."""
+"""All configuration, from the environment (prefix CHARON_). Built in create_app()/the CLI, not at import."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ class Settings(BaseSettings):
 
     storage_uri: str | None = Field(
         None,
-        description="redis://host:port/db, rediss://... or unix:///path.sock. Unset: an embedded redis-server "
-        "is started under data_dir and stopped with the service.",
+        description="redis://host:port/db, rediss://... or unix:///path.sock. Unset: an embedded "
+        "redis-server is started under data_dir and stopped with the service.",
     )
     data_dir: Path = Field(Path("./data"), description="Where the embedded redis-server keeps its AOF files.")
     redis_server: str = Field("redis-server", description="The redis-server binary the embedded store runs.")
@@ -24,4 +24,6 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `charon serve` binds.")
     port: int = Field(8888, description="Port `charon serve` binds.")
     workers: int = Field(1, description="Worker processes of `charon serve` (about one per core).")
-    limits: Limits = Field(default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL.")
+    limits: Limits = Field(
+        default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
+    )

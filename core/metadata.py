@@ -56,7 +56,9 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
         if dlq == queue:
             raise InvalidInput(f"{DEAD_LETTER_QUEUE} must name another queue, not {queue!r} itself.")
     return QueuePolicy(
-        default_message_ttl=_int_in(meta, DEFAULT_MESSAGE_TTL, limits.min_message_ttl, limits.max_message_ttl),
+        default_message_ttl=_int_in(
+            meta, DEFAULT_MESSAGE_TTL, limits.min_message_ttl, limits.max_message_ttl
+        ),
         default_message_delay=_int_in(meta, DEFAULT_MESSAGE_DELAY, 0, limits.max_message_delay),
         max_messages_post_size=_int_in(meta, MAX_POST_SIZE, 1, limits.max_messages_post_size),
         max_claim_count=_int_in(meta, MAX_CLAIM_COUNT, 1, 2**31 - 1),
@@ -66,14 +68,16 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
 
 
 def with_reserved_defaults(meta: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
-    """The metadata as GET shows it: the reserved keys filled with the defaults in force (as Zaqar does)."""
+    """The metadata as GET shows it: the reserved keys filled with the defaults in force, as Zaqar does.
+
+    Unlike Zaqar, unset dead-letter keys are left out rather than shown as null: python-zaqarclient's
+    `queue.metadata(new_meta=...)` turns a key shown as null into "add" then "remove" in one patch, so with
+    nulls shown it could never set `_max_claim_count` or `_dead_letter_queue`.
+    """
     shown: dict[str, Any] = {
         MAX_POST_SIZE: limits.max_messages_post_size,
         DEFAULT_MESSAGE_TTL: limits.default_message_ttl,
         DEFAULT_MESSAGE_DELAY: 0,
-        MAX_CLAIM_COUNT: None,
-        DEAD_LETTER_QUEUE: None,
-        DEAD_LETTER_TTL: None,
     }
     shown.update(meta)
     return shown

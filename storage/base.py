@@ -121,7 +121,10 @@ class ClaimStore(Protocol):
         """Restart the claim with a new ttl and grace. Raises ClaimNotFound."""
 
     async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
-        """Return the claim's messages to the queue; exhausted ones move to the DLQ now. Unknown ids: no-op."""
+        """Return the claim's messages to the queue; exhausted ones move to the DLQ now.
+
+        Releasing an unknown or expired claim does nothing.
+        """
 
 
 class Store(QueueStore, MessageStore, ClaimStore, Protocol):

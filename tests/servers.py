@@ -60,7 +60,9 @@ class RedisServer:
 class CharonProcess:
     """`charon serve` as a real process (uvicorn), on a free port."""
 
-    def __init__(self, storage_uri: str | None, data_dir: Path | None = None, namespace: str = "charon") -> None:
+    def __init__(
+        self, storage_uri: str | None, data_dir: Path | None = None, namespace: str = "charon"
+    ) -> None:
         self.port = free_port()
         self.env = dict(os.environ, CHARON_NAMESPACE=namespace)
         if storage_uri is not None:

@@ -71,11 +71,15 @@ async def create_claim(
 async def get_claim(q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep) -> Response:
     claim = await store.get_claim(q, _claim_id(claim_id, q.name))
     now = clock.now_ms()
-    return json_response({
-        "age": claim.age(now), "ttl": claim.ttl, "grace": claim.grace,
-        "href": f"/v2/queues/{q.name}/claims/{claim.id}",
-        "messages": [message(m, now) for m in claim.messages],
-    })
+    return json_response(
+        {
+            "age": claim.age(now),
+            "ttl": claim.ttl,
+            "grace": claim.grace,
+            "href": f"/v2/queues/{q.name}/claims/{claim.id}",
+            "messages": [message(m, now) for m in claim.messages],
+        }
+    )
 
 
 @router.patch(

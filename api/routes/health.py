@@ -13,34 +13,46 @@ from core.errors import StorageUnavailable
 
 router = APIRouter(tags=["service"])
 
-VERSIONS = {"versions": [{
-    "id": "2", "status": "CURRENT", "updated": "2026-11-22T00:00:00Z",
-    "media-types": [{"base": "application/json", "type": "application/vnd.openstack.messaging-v2+json"}],
-    "links": [{"href": "/v2/", "rel": "self"}],
-}]}
+VERSIONS = {
+    "versions": [
+        {
+            "id": "2",
+            "status": "CURRENT",
+            "updated": "2026-11-22T00:00:00Z",
+            "media-types": [
+                {"base": "application/json", "type": "application/vnd.openstack.messaging-v2+json"}
+            ],
+            "links": [{"href": "/v2/", "rel": "self"}],
+        }
+    ]
+}
 
 
 def _rel(template: str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    rel: dict[str, Any] = {"href-template": template, "hints": {"allow": [method], "formats": {
-        "application/json": {}}}}
+    rel: dict[str, Any] = {
+        "href-template": template,
+        "hints": {"allow": [method], "formats": {"application/json": {}}},
+    }
     if params:
         rel["href-vars"] = params
     return rel
 
 
-HOME = {"resources": {
-    "rel/queues": _rel("/v2/queues{?marker,limit,detailed}", "GET"),
-    "rel/queue": _rel("/v2/queues/{queue_name}", "PUT", {"queue_name": "param/queue_name"}),
-    "rel/queue_stats": _rel("/v2/queues/{queue_name}/stats", "GET"),
-    "rel/post_messages": _rel("/v2/queues/{queue_name}/messages", "POST"),
-    "rel/messages": _rel("/v2/queues/{queue_name}/messages{?marker,limit,echo,include_claimed}", "GET"),
-    "rel/messages_delete": _rel("/v2/queues/{queue_name}/messages{?ids,pop}", "DELETE"),
-    "rel/message": _rel("/v2/queues/{queue_name}/messages/{message_id}", "GET"),
-    "rel/post_claim": _rel("/v2/queues/{queue_name}/claims{?limit}", "POST"),
-    "rel/claim": _rel("/v2/queues/{queue_name}/claims/{claim_id}", "GET"),
-    "rel/ping": _rel("/v2/ping", "GET"),
-    "rel/health": _rel("/v2/health", "GET"),
-}}
+HOME = {
+    "resources": {
+        "rel/queues": _rel("/v2/queues{?marker,limit,detailed}", "GET"),
+        "rel/queue": _rel("/v2/queues/{queue_name}", "PUT", {"queue_name": "param/queue_name"}),
+        "rel/queue_stats": _rel("/v2/queues/{queue_name}/stats", "GET"),
+        "rel/post_messages": _rel("/v2/queues/{queue_name}/messages", "POST"),
+        "rel/messages": _rel("/v2/queues/{queue_name}/messages{?marker,limit,echo,include_claimed}", "GET"),
+        "rel/messages_delete": _rel("/v2/queues/{queue_name}/messages{?ids,pop}", "DELETE"),
+        "rel/message": _rel("/v2/queues/{queue_name}/messages/{message_id}", "GET"),
+        "rel/post_claim": _rel("/v2/queues/{queue_name}/claims{?limit}", "POST"),
+        "rel/claim": _rel("/v2/queues/{queue_name}/claims/{claim_id}", "GET"),
+        "rel/ping": _rel("/v2/ping", "GET"),
+        "rel/health": _rel("/v2/health", "GET"),
+    }
+}
 
 
 @router.get("/", status_code=300, summary="API versions")
@@ -51,8 +63,11 @@ async def versions() -> Response:
 @router.get("/v2", summary="JSON home document")
 @router.get("/v2/", include_in_schema=False)
 async def home() -> Response:
-    return Response(content=json_response(HOME).body, media_type="application/json-home",
-                    headers={"Cache-Control": "max-age=86400"})
+    return Response(
+        content=json_response(HOME).body,
+        media_type="application/json-home",
+        headers={"Cache-Control": "max-age=86400"},
+    )
 
 
 @router.get("/v2/ping", status_code=204, summary="204 when the storage answers, 503 when not")
@@ -62,8 +77,12 @@ async def ping(store: StoreDep) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/v2/health", response_model=HealthOut, summary="Storage status",
-            responses={503: {"description": "The storage does not answer."}})
+@router.get(
+    "/v2/health",
+    response_model=HealthOut,
+    summary="Storage status",
+    responses={503: {"description": "The storage does not answer."}},
+)
 async def health(store: StoreDep) -> Response:
     try:
         await store.ping()

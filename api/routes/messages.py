@@ -24,8 +24,9 @@ POST_BODY = {
 }
 
 
-def _ids(raw: str, max_ids: int) -> list[MessageId]:
-    ids = [i for i in raw.split(",") if i]
+def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
+    """Ids come comma-separated (Zaqar's docs) or as repeated parameters (python-zaqarclient sends those)."""
+    ids = [i for part in raw for i in part.split(",") if i]
     if not ids:
         raise InvalidInput("ids must list at least one message id.")
     if len(ids) > max_ids:
@@ -53,11 +54,15 @@ async def post_messages(
         if m.delay is not None:
             check_message_delay(m.delay, limits, f"messages.{i}.delay")
         new.append(NewMessage(body=m.body, ttl=m.ttl, delay=m.delay))
-    ids = await store.post_messages(q, new, client_id=client, default_ttl=limits.default_message_ttl,
-                                    default_delay=0, body_size=size)
+    ids = await store.post_messages(
+        q, new, client_id=client, default_ttl=limits.default_message_ttl, default_delay=0, body_size=size
+    )
     base = f"/v2/queues/{q.name}/messages"
-    return json_response({"resources": [f"{base}/{i}" for i in ids]}, status_code=201,
-                         headers={"Location": f"{base}?ids={','.join(ids)}"})
+    return json_response(
+        {"resources": [f"{base}/{i}" for i in ids]},
+        status_code=201,
+        headers={"Location": f"{base}?ids={','.join(ids)}"},
+    )
 
 
 @router.get(
@@ -72,7 +77,7 @@ async def list_messages(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
-    ids: Annotated[str | None, Query(description="Comma-separated message ids (at most 20).")] = None,
+    ids: Annotated[list[str] | None, Query(description="Message ids, comma-separated (at most 20).")] = None,
     marker: Annotated[str | None, Query(description="Where the previous page ended.")] = None,
     limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
     echo: Annotated[bool, Query(description="Include this client's own messages.")] = False,
@@ -89,15 +94,26 @@ async def list_messages(
     if marker is not None and not marker.isdigit():
         raise InvalidInput(f"marker must be the marker of a previous page's next link; got {marker[:40]!r}.")
     page = await store.list_messages(
-        q, marker=int(marker) if marker else None, limit=size, echo=echo, client_id=client,
-        include_claimed=include_claimed, include_delayed=include_delayed,
+        q,
+        marker=int(marker) if marker else None,
+        limit=size,
+        echo=echo,
+        client_id=client,
+        include_claimed=include_claimed,
+        include_delayed=include_delayed,
     )
     now = clock.now_ms()
     links = []
     if page.next_marker is not None:
-        query = urlencode({"marker": page.next_marker, "limit": size, "echo": str(echo).lower(),
-                           "include_claimed": str(include_claimed).lower(),
-                           "include_delayed": str(include_delayed).lower()})
+        query = urlencode(
+            {
+                "marker": page.next_marker,
+                "limit": size,
+                "echo": str(echo).lower(),
+                "include_claimed": str(include_claimed).lower(),
+                "include_delayed": str(include_delayed).lower(),
+            }
+        )
         links.append({"rel": "next", "href": f"/v2/queues/{q.name}/messages?{query}"})
     return json_response({"messages": [message(m, now) for m in page.items], "links": links})
 
@@ -113,11 +129,13 @@ async def delete_messages(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
-    ids: Annotated[str | None, Query(description="Comma-separated message ids (at most 20).")] = None,
+    ids: Annotated[list[str] | None, Query(description="Message ids, comma-separated (at most 20).")] = None,
     pop: Annotated[int | None, Query(description="How many messages to take and delete, 1 to 20.")] = None,
 ) -> Response:
     if (ids is None) == (pop is None):
-        raise InvalidInput("Give either ids (to delete those messages) or pop (to take N), not both or neither.")
+        raise InvalidInput(
+            "Give either ids (to delete those messages) or pop (to take N), not both or neither."
+        )
     if pop is not None:
         check_range(pop, 1, limits.max_messages_per_page, "pop")
         popped = await store.pop_messages(q, limit=pop)

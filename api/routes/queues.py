@@ -8,7 +8,16 @@ from urllib.parse import urlencode
 import orjson
 from fastapi import APIRouter, Query, Request, Response
 
-from api.deps import ClientIdDep, ClockDep, LimitsDep, ProjectDep, QueueDep, StoreDep, read_json, validate_body
+from api.deps import (
+    ClientIdDep,
+    ClockDep,
+    LimitsDep,
+    ProjectDep,
+    QueueDep,
+    StoreDep,
+    read_json,
+    validate_body,
+)
 from api.errors import JSON_PATCH
 from api.render import json_response, stamp
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut
@@ -68,7 +77,10 @@ async def list_queues(
     "/v2/queues/{queue_name}",
     status_code=201,
     summary="Create a queue (201), or leave an existing one as it is (204)",
-    responses={204: {"description": "The queue existed; its metadata is unchanged."}, 413: {"model": ErrorOut}},
+    responses={
+        204: {"description": "The queue existed; its metadata is unchanged."},
+        413: {"model": ErrorOut},
+    },
     openapi_extra=METADATA_BODY,
 )
 async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
@@ -130,8 +142,14 @@ async def delete_queue(q: QueueDep, store: StoreDep) -> Response:
 async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response:
     s = await store.stats(q)
     now = clock.now_ms()
-    counts: dict[str, Any] = {"free": s.free, "claimed": s.claimed, "total": s.total, "delayed": s.delayed,
-                              "dead_lettered": s.dead_lettered, "discarded": s.discarded}
+    counts: dict[str, Any] = {
+        "free": s.free,
+        "claimed": s.claimed,
+        "total": s.total,
+        "delayed": s.delayed,
+        "dead_lettered": s.dead_lettered,
+        "discarded": s.discarded,
+    }
     if s.oldest is not None:
         counts["oldest"] = stamp(q.name, s.oldest, now)
         counts["newest"] = stamp(q.name, s.newest, now)
@@ -142,8 +160,9 @@ async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response
     "/v2/queues/{queue_name}/purge",
     status_code=204,
     summary="Delete the queue's messages, keep the queue",
-    openapi_extra={"requestBody": {"content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/PurgeIn"}}}}},
+    openapi_extra={
+        "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/PurgeIn"}}}}
+    },
 )
 async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
     raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="The purge body")

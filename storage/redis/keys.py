@@ -43,5 +43,12 @@ class QueueKeys:
     def all(self) -> list[str]:
         """The KEYS every queue script takes, in lib.lua's keys_from() order."""
         base = self.queue
-        return [base, f"{base}:msgs", f"{base}:ready", f"{base}:delayed", f"{base}:claimed",
-                f"{base}:expiry", self.queues]
+        return [
+            base,
+            f"{base}:msgs",
+            f"{base}:ready",
+            f"{base}:delayed",
+            f"{base}:claimed",
+            f"{base}:expiry",
+            self.queues,
+        ]

@@ -12,9 +12,20 @@ from redis.exceptions import ResponseError
 from core import errors
 
 SCRIPT_NAMES = (
-    "create_queue", "set_metadata", "drop_messages", "stats", "post_messages", "list_messages",
-    "get_messages", "delete_message", "delete_messages", "pop_messages", "claim", "get_claim",
-    "renew_claim", "release_claim",
+    "create_queue",
+    "set_metadata",
+    "drop_messages",
+    "stats",
+    "post_messages",
+    "list_messages",
+    "get_messages",
+    "delete_message",
+    "delete_messages",
+    "pop_messages",
+    "claim",
+    "get_claim",
+    "renew_claim",
+    "release_claim",
 )
 
 _ERRORS: dict[str, type[errors.CharonError]] = {

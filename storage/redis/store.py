@@ -132,7 +132,7 @@ class RedisStore:
         prefix = project_prefix(self._namespace, project)
         start = f"({marker}" if marker else "-"
         async with _unavailable_as_domain_error():
-            names: list[str] = await self._client.zrangebylex(f"{prefix}queues", start, "+", 0, limit)
+            names = [str(n) for n in await self._client.zrangebylex(f"{prefix}queues", start, "+", 0, limit)]
             metas: list[str | None] = []
             if detailed and names:
                 async with self._client.pipeline(transaction=False) as pipe:
@@ -186,8 +186,12 @@ class RedisStore:
         ids = [MessageId(new_id()) for _ in messages]
         args: list[Any] = [client_id, default_ttl, default_delay, body_size]
         for mid, m in zip(ids, messages, strict=True):
-            args += [mid, orjson.dumps(m.body).decode(),
-                     -1 if m.ttl is None else m.ttl, -1 if m.delay is None else m.delay]
+            args += [
+                mid,
+                orjson.dumps(m.body).decode(),
+                -1 if m.ttl is None else m.ttl,
+                -1 if m.delay is None else m.delay,
+            ]
         await self._call("post_messages", q, *args)
         return ids
 
@@ -203,7 +207,13 @@ class RedisStore:
         include_delayed: bool,
     ) -> Page[Message]:
         last, more, *views = await self._call(
-            "list_messages", q, marker or 0, limit, int(echo), client_id, int(include_claimed),
+            "list_messages",
+            q,
+            marker or 0,
+            limit,
+            int(echo),
+            client_id,
+            int(include_claimed),
             int(include_delayed),
         )
         return Page(items=[_message(v) for v in views], next_marker=str(last) if more else None)
@@ -228,14 +238,28 @@ class RedisStore:
         dead_lettered, discarded, *views = await self._call("claim", q, claim_id, ttl, grace, limit)
         claim = None
         if views:
-            claim = Claim(id=claim_id, queue=q.name, ttl=ttl, grace=grace, created_ms=now,
-                          expires_ms=now + ttl * 1000, messages=[_message(v) for v in views])
+            claim = Claim(
+                id=claim_id,
+                queue=q.name,
+                ttl=ttl,
+                grace=grace,
+                created_ms=now,
+                expires_ms=now + ttl * 1000,
+                messages=[_message(v) for v in views],
+            )
         return ClaimResult(claim=claim, dead_lettered=dead_lettered, discarded=discarded)
 
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
         ttl, grace, created, expires, *views = await self._call("get_claim", q, claim_id)
-        return Claim(id=claim_id, queue=q.name, ttl=int(ttl), grace=int(grace), created_ms=int(created),
-                     expires_ms=int(expires), messages=[_message(v) for v in views])
+        return Claim(
+            id=claim_id,
+            queue=q.name,
+            ttl=int(ttl),
+            grace=int(grace),
+            created_ms=int(created),
+            expires_ms=int(expires),
+            messages=[_message(v) for v in views],
+        )
 
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
         await self._call("renew_claim", q, claim_id, ttl, grace)

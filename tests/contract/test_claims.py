@@ -21,7 +21,8 @@ async def test_active_claim_hides_messages_from_other_claims(store: Store) -> No
     await post(store, Q, *range(3))
     first = await store.claim(Q, ttl=60, grace=60, limit=2)
     second = await store.claim(Q, ttl=60, grace=60, limit=5)
-    assert first.claim is not None and second.claim is not None
+    assert first.claim is not None
+    assert second.claim is not None
     assert [m.body for m in second.claim.messages] == [2]
     assert (await store.claim(Q, ttl=60, grace=60, limit=5)).claim is None
 
@@ -44,7 +45,8 @@ async def test_expired_claim_returns_messages(store: Store, clock: ManualClock) 
     assert (await store.claim(Q, ttl=60, grace=60, limit=1)).claim is None
     clock.advance(1)
     again = await store.claim(Q, ttl=60, grace=60, limit=1)
-    assert again.claim is not None and again.claim.messages[0].claim_count == 2
+    assert again.claim is not None
+    assert again.claim.messages[0].claim_count == 2
     with pytest.raises(ClaimNotFound):
         await store.get_claim(Q, first.claim.id)
 

@@ -24,13 +24,17 @@ async def test_message_moves_after_max_claims_with_provenance(store: Store, cloc
     assert await claim_release(store) == 1  # the second release used up the last delivery: moved now
     assert await store.get_messages(Q, [mid]) == []
     [moved] = await store.get_messages(DLQ, [mid])
-    assert moved.body == {"order": 7} and moved.claim_id is None and moved.claim_count == 0
+    assert moved.body == {"order": 7}
+    assert moved.claim_id is None
+    assert moved.claim_count == 0
     assert moved.dead_letter is not None
     d = moved.dead_letter
     assert (d.source_queue, d.reason, d.claim_count) == (Q.name, "max_claims", 2)
-    assert d.first_enqueued_at_ms == posted_at and d.dead_lettered_at_ms == clock.now_ms()
+    assert d.first_enqueued_at_ms == posted_at
+    assert d.dead_lettered_at_ms == clock.now_ms()
     dlq_claim = await store.claim(DLQ, ttl=60, grace=60, limit=5)
-    assert dlq_claim.claim is not None and [m.id for m in dlq_claim.claim.messages] == [mid]
+    assert dlq_claim.claim is not None
+    assert [m.id for m in dlq_claim.claim.messages] == [mid]
     assert ((await store.stats(Q)).dead_lettered, (await store.stats(Q)).total) == (1, 0)
 
 

@@ -30,7 +30,9 @@ async def test_post_then_get_keeps_body_and_ttl(store: Store) -> None:
 
 async def test_default_ttl_from_queue_metadata_then_service(store: Store) -> None:
     [a] = await post(store, Q, "a")
-    await store.set_metadata(Q, metadata={"_default_message_ttl": 90}, policy=QueuePolicy(default_message_ttl=90))
+    await store.set_metadata(
+        Q, metadata={"_default_message_ttl": 90}, policy=QueuePolicy(default_message_ttl=90)
+    )
     [b] = await post(store, Q, "b")
     assert [m.ttl for m in await store.get_messages(Q, [a, b])] == [3600, 90]
 
@@ -69,7 +71,8 @@ async def test_expired_messages_never_appear(store: Store, clock: ManualClock) -
     assert await list_all(store) == ["long"]
     assert [m.id for m in await store.get_messages(Q, [short, long])] == [long]
     result = await store.claim(Q, ttl=60, grace=0, limit=5)
-    assert result.claim is not None and [m.body for m in result.claim.messages] == ["long"]
+    assert result.claim is not None
+    assert [m.body for m in result.claim.messages] == ["long"]
     assert (await store.stats(Q)).total == 1
 
 
@@ -78,7 +81,8 @@ async def test_delay_holds_a_message_back(store: Store, clock: ManualClock) -> N
     assert (await store.claim(Q, ttl=60, grace=60, limit=5)).claim is None
     clock.advance(10)
     result = await store.claim(Q, ttl=60, grace=60, limit=5)
-    assert result.claim is not None and [m.body for m in result.claim.messages] == ["delayed"]
+    assert result.claim is not None
+    assert [m.body for m in result.claim.messages] == ["delayed"]
 
 
 async def test_get_messages_is_scoped_to_queue(store: Store) -> None:
@@ -125,9 +129,11 @@ async def test_bulk_delete_and_pop(store: Store) -> None:
 
 
 async def test_queue_post_size_limit(store: Store) -> None:
-    await store.set_metadata(Q, metadata={"_max_messages_post_size": 50},
-                             policy=QueuePolicy(max_messages_post_size=50))
+    await store.set_metadata(
+        Q, metadata={"_max_messages_post_size": 50}, policy=QueuePolicy(max_messages_post_size=50)
+    )
     with pytest.raises(PayloadTooLarge):
-        await store.post_messages(Q, [NewMessage("x" * 60)], client_id=CLIENT, default_ttl=3600,
-                                  default_delay=0, body_size=70)
+        await store.post_messages(
+            Q, [NewMessage("x" * 60)], client_id=CLIENT, default_ttl=3600, default_delay=0, body_size=70
+        )
     assert (await store.stats(Q)).total == 0

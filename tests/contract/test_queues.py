@@ -65,5 +65,7 @@ async def test_stats_count_free_claimed_delayed(store: Store) -> None:
     await store.claim(Q, ttl=60, grace=60, limit=2)
     stats = await store.stats(Q)
     assert (stats.total, stats.claimed, stats.free, stats.delayed) == (4, 2, 2, 1)
-    assert stats.oldest is not None and stats.oldest.id == first[0]
-    assert stats.newest is not None and stats.newest.id != first[0]
+    assert stats.oldest is not None
+    assert stats.oldest.id == first[0]
+    assert stats.newest is not None
+    assert stats.newest.id != first[0]

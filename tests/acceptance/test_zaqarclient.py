@@ -1,0 +1,119 @@
+"""The real python-zaqarclient (API v2), unchanged, against a live `charon serve` process."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from zaqarclient.queues.v2 import core
+from zaqarclient.queues.v2.client import Client
+from zaqarclient.transport import errors as zerrors
+
+from tests.servers import CharonProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(redis_url: str) -> Iterator[CharonProcess]:
+    proc = CharonProcess(redis_url, namespace=f"zc{uuid.uuid4().hex[:8]}").start()
+    yield proc
+    proc.stop()
+
+
+def make_client(server: CharonProcess, project: str = "zc-project") -> Any:
+    conf = {"auth_opts": {"backend": "noauth", "options": {"os_project_id": project}}}
+    return Client(server.url, version=2, conf=conf)
+
+
+def test_service_calls(server: CharonProcess) -> None:
+    client = make_client(server)
+    assert client.ping() is True
+    assert client.health() == {"storage_reachable": True}
+    assert "rel/queues" in client.homedoc()["resources"]
+
+
+def test_queue_metadata_stats_and_listing(server: CharonProcess) -> None:
+    client = make_client(server)
+    q = client.queue("zc-meta", force_create=True)
+    assert q.exists()
+    q.metadata(new_meta={"color": "red", "_max_claim_count": 5})
+    meta = q.metadata(force_reload=True)
+    assert (meta["color"], meta["_max_claim_count"]) == ("red", 5)
+    q.metadata(new_meta={"color": "blue"})  # replaces color, removes the rest
+    meta = q.metadata(force_reload=True)
+    assert (meta["color"], "_max_claim_count" in meta) == ("blue", False)
+    for i in range(3):
+        client.queue(f"zc-list-{i}", force_create=True)
+    queues, _ = client.queues(limit=2)
+    names = [queue.name for queue in queues.stream()]
+    assert {"zc-meta", "zc-list-0", "zc-list-1", "zc-list-2"} <= set(names)
+    assert q.stats["messages"]["total"] == 0
+    q.delete()
+    assert "zc-meta" not in [queue.name for queue in client.queues()[0].stream()]
+
+
+def test_post_list_get_delete_pop(server: CharonProcess) -> None:
+    client = make_client(server)
+    q = client.queue("zc-messages")
+    q.post([{"body": {"n": i}, "ttl": 300} for i in range(5)])
+    q.post({"body": "single"})
+    listed = list(q.messages(echo=True, limit=2).stream())
+    assert [m.body for m in listed] == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}, {"n": 4}, "single"]
+    assert listed[0].ttl == 300
+    assert listed[5].ttl == 3600
+    one = q.message(listed[0].id)
+    assert one.body == {"n": 0}
+    one.delete()
+    with pytest.raises(zerrors.ResourceNotFound):
+        q.message(listed[0].id)
+    got = list(q.messages(listed[1].id, listed[2].id))
+    assert [m.body for m in got] == [{"n": 1}, {"n": 2}]
+    q.delete_messages(listed[1].id, listed[2].id)
+    popped = list(q.pop(count=2))
+    assert [m.body for m in popped] == [{"n": 3}, {"n": 4}]
+    assert q.stats["messages"]["total"] == 1
+    q.purge()
+    assert q.stats["messages"]["total"] == 0
+
+
+def test_claim_get_update_delete(server: CharonProcess) -> None:
+    client = make_client(server)
+    q = client.queue("zc-claims")
+    q.post([{"body": i} for i in range(3)])
+    claim = q.claim(ttl=120, grace=60, limit=2)
+    msgs = list(claim)
+    assert [m.body for m in msgs] == [0, 1]
+    assert all(m.claim_id == claim.id for m in msgs)
+    assert claim.ttl == 120
+    claim.update(ttl=180)
+    assert client.queue("zc-claims", auto_create=False).claim(id=claim.id).ttl == 180
+    msgs[0].delete()  # deletes with the claim id taken from the message href
+    req, trans = client._request_and_transport()
+    with pytest.raises(zerrors.ForbiddenError):  # a claimed message needs its claim id
+        core.message_delete(trans, req, "zc-claims", msgs[1].id)
+    second = q.claim(ttl=60, grace=60, limit=5)
+    assert [m.body for m in second] == [2]
+    claim.delete()
+    third = q.claim(ttl=60, grace=60, limit=5)
+    assert [(m.body, m.claim_count) for m in third] == [(1, 2)]
+    assert list(q.claim(limit=5)) == []  # 204: nothing left to claim
+
+
+def test_projects_are_isolated(server: CharonProcess) -> None:
+    a, b = make_client(server, "zc-tenant-a"), make_client(server, "zc-tenant-b")
+    a.queue("zc-private").post({"body": "a's"})
+    assert b.queue("zc-private").stats["messages"]["total"] == 0
+    assert list(b.queue("zc-private").messages(echo=True)) == []
+    assert a.queue("zc-private").stats["messages"]["total"] == 1
+
+
+def test_bad_input_raises_client_errors(server: CharonProcess) -> None:
+    client = make_client(server)
+    q = client.queue("zc-bad")
+    with pytest.raises(zerrors.MalformedRequest):
+        q.post({"body": 1, "ttl": 1})
+    with pytest.raises(zerrors.MalformedRequest):
+        q.claim(ttl=1)

@@ -1,0 +1,91 @@
+"""The pure domain rules: limits and reserved metadata."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import InvalidInput, InvalidQueueName
+from core.limits import Limits, check_client_id, check_queue_name, check_range, is_valid_id
+from core.metadata import QueuePolicy, parse_policy, with_reserved_defaults
+
+LIMITS = Limits()
+
+
+@pytest.mark.parametrize("name", ["a", "q-1_x.y", "Z" * 64])
+def test_valid_queue_names(name: str) -> None:
+    assert check_queue_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "a b", "é", "q/1", "q" * 65])
+def test_invalid_queue_names(name: str) -> None:
+    with pytest.raises(InvalidQueueName):
+        check_queue_name(name)
+
+
+def test_range_message_names_field_bounds_and_value() -> None:
+    with pytest.raises(InvalidInput, match="ttl must be between 60 and 100; got 59"):
+        check_range(59, 60, 100, "ttl")
+
+
+def test_client_id_accepts_dashed_and_plain_uuids() -> None:
+    check_client_id("3381af92-2b9e-11e3-b191-71861300734c")
+    check_client_id("3381af922b9e11e3b19171861300734c")
+    with pytest.raises(InvalidInput):
+        check_client_id("3381af92")
+
+
+def test_ids_are_32_lowercase_hex() -> None:
+    assert is_valid_id("0123456789abcdef" * 2)
+    assert not is_valid_id("0123456789ABCDEF" * 2)
+    assert not is_valid_id("abc")
+
+
+def test_policy_from_reserved_keys() -> None:
+    meta = {
+        "_max_claim_count": 3,
+        "_dead_letter_queue": "dlq",
+        "_dead_letter_queue_messages_ttl": 600,
+        "_default_message_ttl": 120,
+        "_default_message_delay": 5,
+        "_max_messages_post_size": 1000,
+        "x": 1,
+    }
+    assert parse_policy(meta, LIMITS, queue="q") == QueuePolicy(
+        default_message_ttl=120,
+        default_message_delay=5,
+        max_messages_post_size=1000,
+        max_claim_count=3,
+        dead_letter_queue="dlq",
+        dead_letter_ttl=600,
+    )
+
+
+def test_null_reserved_keys_mean_unset() -> None:
+    meta = {"_max_claim_count": None, "_dead_letter_queue": None}
+    assert parse_policy(meta, LIMITS, queue="q") == QueuePolicy()
+
+
+@pytest.mark.parametrize(
+    ("meta", "fragment"),
+    [
+        ({"_max_claim_count": 0}, "between 1"),
+        ({"_max_claim_count": True}, "must be an integer"),
+        ({"_max_claim_count": 2.5}, "must be an integer"),
+        ({"_dead_letter_queue": "q"}, "itself"),
+        ({"_dead_letter_queue": 7}, "queue name"),
+        ({"_dead_letter_queue_messages_ttl": 59}, "between 60 and 1209600"),
+        ({"_default_message_delay": 901}, "between 0 and 900"),
+        ({"_max_messages_post_size": 262_145}, "between 1 and 262144"),
+    ],
+)
+def test_bad_reserved_keys(meta: dict[str, object], fragment: str) -> None:
+    with pytest.raises(InvalidInput, match=fragment):
+        parse_policy(meta, LIMITS, queue="q")
+
+
+def test_get_shows_defaults_under_stored_values() -> None:
+    shown = with_reserved_defaults({"_max_claim_count": 2, "a": 1}, LIMITS)
+    assert shown["_max_claim_count"] == 2
+    assert shown["_default_message_ttl"] == 3600
+    assert shown["a"] == 1
+    assert "_dead_letter_queue" not in shown
