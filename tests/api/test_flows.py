@@ -152,3 +152,11 @@ async def test_stats_show_oldest_and_newest(client: httpx.AsyncClient, clock: Ma
     assert stats["oldest"]["age"] == 5
     assert stats["newest"]["href"] == f"/v2/queues/q/messages/{ids[1]}"
     assert stats["newest"]["age"] == 0
+
+
+async def test_ids_as_repeated_parameters(client: httpx.AsyncClient) -> None:
+    ids = await post_messages(client, "q", "a", "b", "c")
+    got = await client.get("/v2/queues/q/messages", params=[("ids", ids[0]), ("ids", f"{ids[1]},{ids[2]}")])
+    assert [m["body"] for m in got.json()["messages"]] == ["a", "b", "c"]
+    await client.delete("/v2/queues/q/messages", params=[("ids", ids[0]), ("ids", ids[1])])
+    assert (await client.get("/v2/queues/q/stats")).json()["messages"]["total"] == 1

@@ -24,3 +24,12 @@ def test_schema_documents_every_route_and_the_dead_letter_field() -> None:
     schemas = served["components"]["schemas"]
     assert "dead_letter" in schemas["MessageOut"]["properties"]
     assert {"PostMessagesIn", "ClaimIn", "PatchOp"} <= set(schemas)
+
+
+def test_readme_documents_every_setting() -> None:
+    from core.limits import Limits
+
+    readme = (SPEC.parent / "README.md").read_text(encoding="utf-8")
+    names = [f"CHARON_{n.upper()}" for n in Settings.model_fields if n != "limits"]
+    names += [f"CHARON_LIMITS__{n.upper()}" for n in Limits.model_fields]
+    assert [n for n in names if f"`{n}`" not in readme] == []
