@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from app.settings import Settings
@@ -21,6 +22,9 @@ def serve(args: argparse.Namespace) -> int:
         embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
         os.environ["CHARON_STORAGE_URI"] = embedded.start()
         print(f"charon: embedded redis-server at {embedded.uri} (AOF in {embedded.data_dir})", flush=True)
+    # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets `finally` stop
+    # the embedded store.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         uvicorn.run(
             "app.main:create_app",

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import redis
 
 from core.errors import StorageUnavailable
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel sends it SIGTERM when Charon dies, even by kill -9, so an
+    orphaned redis-server never keeps the data dir (a second one on the same AOF would corrupt it)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 class EmbeddedRedis:
@@ -56,6 +66,7 @@ class EmbeddedRedis:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

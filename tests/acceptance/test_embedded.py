@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -32,3 +35,22 @@ def test_embedded_store_serves_and_persists(tmp_path: Path) -> None:
         assert [m["body"] for m in listing.json()["messages"]] == ["survives"]
     finally:
         second.stop()
+
+
+def _redis_servers_on(data: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", "redis-server"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(data) in line]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_embedded_store_stops_with_the_service(tmp_path: Path, sig: signal.Signals) -> None:
+    data = tmp_path / "data"
+    proc = CharonProcess(None, data_dir=data).start()
+    assert len(_redis_servers_on(data)) == 1
+    assert proc.proc is not None
+    proc.proc.send_signal(sig)
+    proc.proc.wait(15)
+    deadline = time.monotonic() + 10
+    while _redis_servers_on(data) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _redis_servers_on(data) == []
