@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,10 @@ def message(m: Message, now_ms: int) -> dict[str, Any]:
             "first_enqueued_at": iso(d.first_enqueued_at_ms),
         }
     return out
+
+
+def messages(items: Iterable[Message], now_ms: int) -> list[dict[str, Any]]:
+    return [message(m, now_ms) for m in items]
 
 
 def stamp(queue: str, s: MessageStamp | None, now_ms: int) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_json, validate_body
-from api.render import json_response, message
+from api.render import json_response, messages
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut
 from core.errors import ClaimNotFound
 from core.limits import Limits, check_claim_grace, check_claim_ttl, check_page_limit, is_valid_id
@@ -56,7 +56,7 @@ async def create_claim(
         return Response(status_code=204)
     now = clock.now_ms()
     return json_response(
-        {"messages": [message(m, now) for m in result.claim.messages]},
+        {"messages": messages(result.claim.messages, now)},
         status_code=201,
         headers={"Location": f"/v2/queues/{q.name}/claims/{result.claim.id}"},
     )
@@ -77,7 +77,7 @@ async def get_claim(q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep
             "ttl": claim.ttl,
             "grace": claim.grace,
             "href": f"/v2/queues/{q.name}/claims/{claim.id}",
-            "messages": [message(m, now) for m in claim.messages],
+            "messages": messages(claim.messages, now),
         }
     )
 

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import ClientIdDep, ClockDep, LimitsDep, QueueDep, StoreDep, read_json, validate_body
-from api.render import json_response, message
+from api.render import json_response, message, messages
 from api.schemas import ErrorOut, MessageOut, MessagesOut, MessagesPage, PostedOut, PostMessagesIn
 from core.errors import InvalidInput, MessageNotFound
 from core.limits import check_message_delay, check_message_ttl, check_page_limit, check_range, is_valid_id
@@ -89,7 +89,7 @@ async def list_messages(
         if not found:
             raise MessageNotFound("None of the listed messages exists.")
         now = clock.now_ms()
-        return json_response({"messages": [message(m, now) for m in found]})
+        return json_response({"messages": messages(found, now)})
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
     if marker is not None and not marker.isdigit():
         raise InvalidInput(f"marker must be the marker of a previous page's next link; got {marker[:40]!r}.")
@@ -115,7 +115,7 @@ async def list_messages(
             }
         )
         links.append({"rel": "next", "href": f"/v2/queues/{q.name}/messages?{query}"})
-    return json_response({"messages": [message(m, now) for m in page.items], "links": links})
+    return json_response({"messages": messages(page.items, now), "links": links})
 
 
 @router.delete(
@@ -140,7 +140,7 @@ async def delete_messages(
         check_range(pop, 1, limits.max_messages_per_page, "pop")
         popped = await store.pop_messages(q, limit=pop)
         now = clock.now_ms()
-        return json_response({"messages": [message(m, now) for m in popped]})
+        return json_response({"messages": messages(popped, now)})
     assert ids is not None
     await store.delete_messages(q, _ids(ids, limits.max_messages_per_page))
     return Response(status_code=204)
