@@ -5,7 +5,7 @@ from collections import Counter
 
 from core.models import MessageId
 from storage.base import Store
-from tests.contract.helpers import Q, post
+from tests.contract.helpers import DLQ, Q, post, set_policy
 
 
 async def test_50_claimers_each_message_delivered_and_deleted_once(store: Store) -> None:
@@ -28,3 +28,27 @@ async def test_50_claimers_each_message_delivered_and_deleted_once(store: Store)
     assert set(delivered) == set(posted)
     assert max(delivered.values()) == 1
     assert (await store.stats(Q)).total == 0
+
+
+async def test_concurrent_claim_release_dead_letters_each_message_once(store: Store) -> None:
+    await set_policy(store, Q, max_claim_count=3, dead_letter_queue=DLQ.name)
+    posted: list[MessageId] = []
+    for start in range(0, 2000, 100):
+        posted += await post(store, Q, *range(start, start + 100))
+
+    async def claim_and_release() -> None:
+        while True:
+            result = await store.claim(Q, ttl=300, grace=60, limit=10)
+            if result.claim is None:
+                return
+            await store.release_claim(Q, result.claim.id)
+
+    await asyncio.gather(*(claim_and_release() for _ in range(50)))
+    assert (await store.stats(Q)).total == 0
+    assert (await store.stats(Q)).dead_lettered == 2000
+    moved = []
+    for start in range(0, 2000, 20):
+        moved += await store.get_messages(DLQ, posted[start : start + 20])
+    assert sorted(m.id for m in moved) == sorted(posted)
+    assert {(m.dead_letter.claim_count if m.dead_letter else None) for m in moved} == {3}
+    assert (await store.stats(DLQ)).total == 2000
