@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Response
 
 from api.deps import StoreDep
@@ -55,6 +56,9 @@ HOME = {
 }
 
 
+HOME_BODY = orjson.dumps(HOME)  # encoded once: the document never changes
+
+
 @router.get("/", status_code=300, summary="API versions")
 async def versions() -> Response:
     return json_response(VERSIONS, status_code=300)
@@ -64,7 +68,7 @@ async def versions() -> Response:
 @router.get("/v2/", include_in_schema=False)
 async def home() -> Response:
     return Response(
-        content=json_response(HOME).body,
+        content=HOME_BODY,
         media_type="application/json-home",
         headers={"Cache-Control": "max-age=86400"},
     )
