@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +16,7 @@ from api.routes import claims, health, messages, queues
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
+from app.sweeper import run_sweeper
 from core.clock import Clock, SystemClock
 from storage.base import Store
 from storage.registry import open_store
@@ -30,10 +33,24 @@ def create_app(
     clock = clock or SystemClock()
 
     @asynccontextmanager
+    async def sweeping(active: Store) -> AsyncIterator[None]:
+        if settings.sweep_interval == 0:
+            yield
+            return
+        task = asyncio.create_task(run_sweeper(active, settings.sweep_interval), name="charon-sweeper")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if store is not None:
             app.state.store = store
-            yield
+            async with sweeping(store):
+                yield
             return
         embedded = None
         uri = settings.storage_uri
@@ -42,7 +59,8 @@ def create_app(
             uri = embedded.start()
         app.state.store = open_store(uri, namespace=settings.namespace, clock=clock)
         try:
-            yield
+            async with sweeping(app.state.store):
+                yield
         finally:
             await app.state.store.aclose()
             if embedded is not None:
@@ -57,6 +75,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.limits = settings.limits
+    app.state.provenance = settings.provenance
     app.state.clock = clock
     if store is not None:
         app.state.store = store

@@ -24,6 +24,19 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address `charon serve` binds.")
     port: int = Field(8888, description="Port `charon serve` binds.")
     workers: int = Field(1, description="Worker processes of `charon serve` (about one per core).")
+    sweep_interval: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="Seconds between background sweeps, which end expired claims and move exhausted "
+        "messages to their DLQ at once (0 turns the sweeper off; the queue's next use still does it).",
+    )
+    provenance: bool = Field(
+        True,
+        description="Show the `dead_letter` object on dead-lettered messages unless a request says "
+        "`provenance=false`. Set false for python-zaqarclient consumers of DLQs, which reject unknown "
+        "message fields; a request can still ask with `provenance=true`.",
+    )
     limits: Limits = Field(
         default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
     )

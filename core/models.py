@@ -100,6 +100,7 @@ class QueueStats:
     newest: MessageStamp | None = None
     dead_lettered: int = 0
     discarded: int = 0
+    dead_letters_received: int = 0
 
 
 @dataclass(frozen=True, slots=True)

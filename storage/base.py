@@ -128,6 +128,16 @@ class ClaimStore(Protocol):
 
 
 class Store(QueueStore, MessageStore, ClaimStore, Protocol):
+    async def sweep(self, *, lease_ms: int = 0) -> int | None:
+        """Bring every queue whose next claim or message expiry has come up to now, in every project.
+
+        An expired claim ends here, and a message that used up its claims moves to its DLQ (or is discarded)
+        now, not when the queue is next used (ARCHITECTURE.md §3 promise 7). Safe to run from any number of
+        processes at once: each queue's step is atomic, so no message is moved twice. With `lease_ms`, the
+        call does the work only if it wins the store-wide lease for that long (else returns None), so many
+        API processes share the load instead of repeating it. Returns the number of queues visited.
+        """
+
     async def ping(self) -> None:
         """Raises StorageUnavailable when the backend does not answer."""
 

@@ -23,6 +23,15 @@ def project_prefix(namespace: str, project: str) -> str:
     return f"{namespace}:{{{_tag(project)}}}:"
 
 
+def projects_key(namespace: str) -> str:
+    """SET of every project that has had a queue; the sweeper's list of where to look."""
+    return f"{namespace}:projects"
+
+
+def sweeper_lease_key(namespace: str) -> str:
+    return f"{namespace}:sweeper-lease"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     prefix: str
@@ -51,4 +60,5 @@ class QueueKeys:
             f"{base}:claimed",
             f"{base}:expiry",
             self.queues,
+            f"{self.prefix}due",
         ]

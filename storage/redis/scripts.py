@@ -26,6 +26,7 @@ SCRIPT_NAMES = (
     "get_claim",
     "renew_claim",
     "release_claim",
+    "sweep",
 )
 
 _ERRORS: dict[str, type[errors.CharonError]] = {

@@ -34,10 +34,12 @@ from core.models import (
     QueueRef,
     QueueStats,
 )
-from storage.redis.keys import QueueKeys, project_prefix
+from storage.redis.keys import QueueKeys, project_prefix, projects_key, sweeper_lease_key
 from storage.redis.scripts import load_scripts, run
 
 DROP_BATCH = 500
+SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
+SWEEP_PROJECTS_PER_ROUND = 200  # projects per SSCAN page, swept in one pipeline
 
 
 def new_id() -> str:
@@ -100,6 +102,8 @@ class RedisStore:
         self._namespace = namespace
         self._clock = clock or SystemClock()
         self._scripts = load_scripts(client)
+        self._registered: set[str] = set()  # projects this process has put in the sweeper's list
+        self._lease_token = new_id()
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> RedisStore:
@@ -109,6 +113,10 @@ class RedisStore:
     async def _call(self, name: str, q: QueueRef, *args: Any) -> Any:
         keys = QueueKeys.of(self._namespace, q)
         async with _unavailable_as_domain_error():
+            if q.project not in self._registered:
+                # Before the first script of the project, so that whatever it schedules gets swept.
+                await self._client.sadd(projects_key(self._namespace), q.project)
+                self._registered.add(q.project)
             return await run(
                 self._scripts[name], keys.all(), [keys.prefix, q.name, self._clock.now_ms(), *args]
             )
@@ -157,7 +165,7 @@ class RedisStore:
         await self._drop(q, delete_queue=False)
 
     async def stats(self, q: QueueRef) -> QueueStats:
-        total, claimed, delayed, n_dl, n_disc, _n_rcv, old_id, old_cr, new_id_, new_cr = await self._call(
+        total, claimed, delayed, n_dl, n_disc, n_rcv, old_id, old_cr, new_id_, new_cr = await self._call(
             "stats", q
         )
         return QueueStats(
@@ -169,6 +177,7 @@ class RedisStore:
             newest=MessageStamp(MessageId(new_id_), int(new_cr)) if new_id_ else None,
             dead_lettered=n_dl,
             discarded=n_disc,
+            dead_letters_received=n_rcv,
         )
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -266,6 +275,40 @@ class RedisStore:
 
     async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
         await self._call("release_claim", q, claim_id)
+
+    # -- sweeper ------------------------------------------------------------------------------------------
+
+    async def sweep(self, *, lease_ms: int = 0) -> int | None:
+        """Visit every queue whose next claim or message expiry has come (sweep.lua), in every project.
+
+        With `lease_ms`, only one process a period does the work: it sweeps if it takes the namespace's
+        lease for that long, and returns None otherwise. Correctness never depends on the lease (each
+        queue's step is atomic); it only keeps many API processes from repeating each other's work.
+        """
+        now = self._clock.now_ms()
+        async with _unavailable_as_domain_error():
+            if lease_ms > 0:
+                key = sweeper_lease_key(self._namespace)
+                if not await self._client.set(key, self._lease_token, nx=True, px=lease_ms):
+                    return None
+            script = self._scripts["sweep"]
+            visited, cursor = 0, 0
+            while True:
+                cursor, projects = await self._client.sscan(
+                    projects_key(self._namespace), cursor, count=SWEEP_PROJECTS_PER_ROUND
+                )
+                pending = [project_prefix(self._namespace, str(p)) for p in projects]
+                while pending:
+                    async with self._client.pipeline(transaction=False) as pipe:
+                        for prefix in pending:
+                            await script(
+                                keys=[f"{prefix}due"], args=[prefix, now, SWEEP_QUEUES_PER_CALL], client=pipe
+                            )
+                        results = await pipe.execute()
+                    visited += sum(int(r[0]) for r in results)
+                    pending = [p for p, r in zip(pending, results, strict=True) if int(r[1]) > 0]
+                if int(cursor) == 0:
+                    return visited
 
     # -- service ------------------------------------------------------------------------------------------
 

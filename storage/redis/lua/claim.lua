@@ -6,7 +6,7 @@
 -- claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
 local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local claim_id, ttl, grace, limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 local pol = policy(K)
 housekeep(prefix, K, name, now, pol)
 local ce = now + ttl * 1000
@@ -44,5 +44,6 @@ if got > 0 then
   local keep = (ttl + grace) * 1000 + 300000
   redis.call('PEXPIRE', ck, keep)
   redis.call('PEXPIRE', ck .. ':m', keep)
+  schedule(K, ce)
 end
 return out

@@ -4,7 +4,7 @@
 -- CHARON_CLAIM_MISMATCH with another); a claim id on a message no claim holds is CHARON_CLAIM_MISMATCH,
 -- since its claim expired and the message may already be someone else's.
 local prefix, name, now, id, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 local f = redis.call('HMGET', prefix .. 'm:' .. id, 'q', 'e', 'c', 'ce')
 if f[1] ~= name or tonumber(f[2]) <= now then return 0 end
 local held_by = ''

@@ -2,7 +2,7 @@
 --   -> messages left. Deletes up to `batch` messages per call (bounded work per script; the caller loops).
 --   With delete_queue=1 the queue itself goes with its last message.
 local prefix, name = ARGV[1], ARGV[2]
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 for _, id in ipairs(redis.call('ZRANGE', K.msgs, 0, tonumber(ARGV[4]) - 1)) do
   remove_message(prefix, K, id)
 end
@@ -10,6 +10,7 @@ local left = redis.call('ZCARD', K.msgs)
 if left == 0 then
   -- ids in the other indexes without a msgs entry cannot exist by the invariant; clear them regardless
   redis.call('DEL', K.ready, K.delayed, K.claimed, K.expiry)
+  redis.call('ZREM', K.due, name)
   if ARGV[5] == '1' then
     redis.call('DEL', K.queue)
     redis.call('ZREM', K.queues, name)

@@ -2,6 +2,8 @@
 --
 -- Key layout (storage/redis/keys.py builds the same names; prefix = "<ns>:{<project>}:"):
 --   prefix.."queues"            ZSET  queue names of the project (score 0, listed by lex order)
+--   prefix.."due"               ZSET  queue name -> ms, never later than the queue's next claim or message
+--                                     expiry; the sweeper (sweep.lua) visits the queues that are due
 --   prefix.."q:"..name          HASH  meta (JSON), created, seq, policy fields (dttl ddelay maxpost maxcc
 --                                     dlq dlqttl), counters n_dl (dead-lettered out), n_disc, n_rcv (received)
 --   prefix.."q:"..name..":msgs"     ZSET id -> marker      every live message of the queue (paging, FIFO)
@@ -20,8 +22,15 @@ local GC_SLACK_MS = 300000  -- Redis drops a message hash this long after its lo
 
 local function qkeys(prefix, name)
   local base = prefix .. 'q:' .. name
-  return {queue = base, msgs = base .. ':msgs', ready = base .. ':ready', delayed = base .. ':delayed',
-          claimed = base .. ':claimed', expiry = base .. ':expiry', queues = prefix .. 'queues'}
+  return {name = name, queue = base, msgs = base .. ':msgs', ready = base .. ':ready',
+          delayed = base .. ':delayed', claimed = base .. ':claimed', expiry = base .. ':expiry',
+          queues = prefix .. 'queues', due = prefix .. 'due'}
+end
+
+-- Something happens to the queue at `at` (a claim or a message expires): make sure the sweeper visits it
+-- by then. LT keeps the earliest time; an early visit only reschedules (sweep.lua).
+local function schedule(K, at)
+  redis.call('ZADD', K.due, 'LT', at, K.name)
 end
 
 local function ensure_queue(K, name, now)
@@ -35,6 +44,7 @@ end
 local function set_expiry(K, mk, id, e, now)
   redis.call('HSET', mk, 'e', e)
   redis.call('ZADD', K.expiry, e, id)
+  schedule(K, e)
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)
 end
 
@@ -133,11 +143,21 @@ local function view(prefix, name, id, now)
   return fields
 end
 
--- Queue scripts take KEYS = queue, msgs, ready, delayed, claimed, expiry, queues (keys.py QueueKeys order)
--- and ARGV = prefix, name, now, ... .
-local function keys_from(ks)
-  return {queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5], expiry = ks[6],
-          queues = ks[7]}
+-- When the sweeper must next visit the queue: its earliest claim or message expiry, or nil for never.
+local function next_due(K)
+  local at
+  for _, index in ipairs({K.claimed, K.expiry}) do
+    local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    if #first == 2 and (at == nil or tonumber(first[2]) < at) then at = tonumber(first[2]) end
+  end
+  return at
+end
+
+-- Queue scripts take KEYS = queue, msgs, ready, delayed, claimed, expiry, queues, due (keys.py QueueKeys
+-- order) and ARGV = prefix, name, now, ... .
+local function keys_from(ks, name)
+  return {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
+          expiry = ks[6], queues = ks[7], due = ks[8]}
 end
 
 local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl'}

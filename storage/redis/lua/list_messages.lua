@@ -8,7 +8,7 @@ local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local marker, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local echo, client_id = ARGV[6] == '1', ARGV[7]
 local include_claimed, include_delayed = ARGV[8] == '1', ARGV[9] == '1'
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 local out = {marker, 0}
 local got, scanned = 0, 0
 while got < limit and scanned < SCAN_CAP do

@@ -1,7 +1,7 @@
 -- pop_messages(KEYS=queue keys, ARGV=[prefix, name, now, limit]) -> {view, ...}
 -- Takes up to `limit` of the oldest claimable messages and deletes them in the same step.
 local prefix, name, now, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 housekeep(prefix, K, name, now, policy(K))
 local out = {}
 while #out < limit do

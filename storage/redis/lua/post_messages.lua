@@ -3,7 +3,7 @@
 --   -> number posted, or error CHARON_TOO_LARGE when body_size exceeds the queue's _max_messages_post_size.
 -- Creates the queue lazily; all messages of one post get consecutive markers (FIFO for one client).
 local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 local q = redis.call('HMGET', K.queue, 'maxpost', 'dttl', 'ddelay')
 local maxpost = tonumber(q[1])
 if maxpost and tonumber(ARGV[7]) > maxpost then

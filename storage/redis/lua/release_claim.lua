@@ -3,7 +3,7 @@
 --   whose messages housekeeping has not reached yet returns them just as housekeeping would.
 -- A message that has used up its claims moves to the DLQ here and now (promise 7).
 local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 local ck = prefix .. 'c:' .. claim_id
 local out = {0, 0, 0}
 if redis.call('HGET', ck, 'q') ~= name then return out end

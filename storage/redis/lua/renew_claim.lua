@@ -3,7 +3,7 @@
 --   each message it holds lives at least until then plus grace. Error CHARON_NO_CLAIM as get_claim.
 local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local ttl, grace = tonumber(ARGV[5]), tonumber(ARGV[6])
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 local ck = prefix .. 'c:' .. claim_id
 local c = redis.call('HMGET', ck, 'q', 'e')
 if c[1] ~= name or tonumber(c[2]) <= now then
@@ -14,6 +14,7 @@ redis.call('HSET', ck, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
 local keep = (ttl + grace) * 1000 + 300000
 redis.call('PEXPIRE', ck, keep)
 redis.call('PEXPIRE', ck .. ':m', keep)
+schedule(K, ce)
 local held = 0
 for _, id in ipairs(redis.call('LRANGE', ck .. ':m', 0, -1)) do
   local mk = prefix .. 'm:' .. id

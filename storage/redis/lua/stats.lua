@@ -1,7 +1,7 @@
 -- stats(KEYS=queue keys, ARGV=[prefix, name, now])
 --   -> {total, claimed, delayed, n_dl, n_disc, n_rcv, oldest_id, oldest_cr, newest_id, newest_cr}
 local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local K = keys_from(KEYS)
+local K = keys_from(KEYS, ARGV[2])
 housekeep(prefix, K, name, now, policy(K))
 local counters = redis.call('HMGET', K.queue, 'n_dl', 'n_disc', 'n_rcv')
 local out = {redis.call('ZCARD', K.msgs), redis.call('ZCARD', K.claimed), redis.call('ZCARD', K.delayed),

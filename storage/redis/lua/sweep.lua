@@ -1,0 +1,21 @@
+-- sweep(KEYS=[prefix.."due"], ARGV=[prefix, now, max_queues]) -> {queues visited, queues still due}
+-- The background sweeper's step for one project: every queue whose due time has come is brought up to
+-- now by housekeep() — an expired claim ends there, and a message that used up its claims moves to the
+-- DLQ at that moment (ARCHITECTURE.md §3 promise 7) — then rescheduled for its next claim or message
+-- expiry, or unscheduled. Each queue is one atomic step, so any number of sweepers (API processes) may
+-- run this at once: a message whose claim has already been ended is not in `claimed` any more, so no
+-- message is moved twice. housekeep() is bounded, so a queue with a backlog stays due and is visited again.
+local prefix, now, max_queues = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local due = KEYS[1]
+local names = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, max_queues)
+for _, name in ipairs(names) do
+  local K = qkeys(prefix, name)
+  if redis.call('EXISTS', K.queue) == 0 then
+    redis.call('ZREM', due, name)
+  else
+    housekeep(prefix, K, name, now, policy(K))
+    local at = next_due(K)
+    if at then redis.call('ZADD', due, at, name) else redis.call('ZREM', due, name) end
+  end
+end
+return {#names, redis.call('ZCOUNT', due, '-inf', now)}
