@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeVar
 
 import orjson
-from fastapi import Depends, Header, Path, Request
+from fastapi import Depends, Header, Path, Query, Request
 from pydantic import BaseModel, ValidationError
 
 from core.clock import Clock
@@ -32,6 +32,20 @@ def get_clock(request: Request) -> Clock:
     return clock
 
 
+def show_provenance(
+    request: Request,
+    provenance: Annotated[
+        bool | None,
+        Query(
+            description="Show the `dead_letter` object on dead-lettered messages. Default: on, unless the "
+            "service runs with CHARON_PROVENANCE=false (for python-zaqarclient consumers of DLQs)."
+        ),
+    ] = None,
+) -> bool:
+    default: bool = request.app.state.provenance
+    return default if provenance is None else provenance
+
+
 def project_id(x_project_id: Annotated[str | None, Header(alias="X-Project-ID")] = None) -> str:
     return check_project(x_project_id)
 
@@ -54,6 +68,7 @@ ClockDep = Annotated[Clock, Depends(get_clock)]
 ProjectDep = Annotated[str, Depends(project_id)]
 ClientIdDep = Annotated[str, Depends(client_id)]
 QueueDep = Annotated[QueueRef, Depends(queue_ref)]
+ProvenanceDep = Annotated[bool, Depends(show_provenance)]
 
 
 async def read_json(request: Request, *, max_size: int, what: str) -> tuple[Any, int]:

@@ -21,7 +21,7 @@ def message_href(queue: str, message_id: str, claim_id: str | None = None) -> st
     return f"{href}?claim_id={claim_id}" if claim_id else href
 
 
-def message(m: Message, now_ms: int) -> dict[str, Any]:
+def message(m: Message, now_ms: int, *, provenance: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": m.id,
         "href": message_href(m.queue, m.id, m.claim_id if m.is_claimed(now_ms) else None),
@@ -30,7 +30,7 @@ def message(m: Message, now_ms: int) -> dict[str, Any]:
         "body": m.body,
         "claim_count": m.claim_count,
     }
-    if m.dead_letter is not None:
+    if m.dead_letter is not None and provenance:
         d = m.dead_letter
         out["dead_letter"] = {
             "source_queue": d.source_queue,
@@ -42,8 +42,8 @@ def message(m: Message, now_ms: int) -> dict[str, Any]:
     return out
 
 
-def messages(items: Iterable[Message], now_ms: int) -> list[dict[str, Any]]:
-    return [message(m, now_ms) for m in items]
+def messages(items: Iterable[Message], now_ms: int, *, provenance: bool = True) -> list[dict[str, Any]]:
+    return [message(m, now_ms, provenance=provenance) for m in items]
 
 
 def stamp(queue: str, s: MessageStamp | None, now_ms: int) -> dict[str, Any] | None:

@@ -107,6 +107,9 @@ class MessageCounts(BaseModel):
     delayed: int
     dead_lettered: int = Field(..., description="Messages moved out of this queue to its DLQ (EXT).")
     discarded: int = Field(..., description="Exhausted messages dropped for want of a DLQ (EXT).")
+    dead_letters_received: int = Field(
+        ..., description="Messages other queues dead-lettered into this one, as their DLQ (EXT)."
+    )
     oldest: Stamp | None = None
     newest: Stamp | None = None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +65,35 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
         dead_letter_queue=dlq,
         dead_letter_ttl=_int_in(meta, DEAD_LETTER_TTL, limits.min_message_ttl, limits.max_message_ttl),
     )
+
+
+MAX_DEAD_LETTER_HOPS = 1000  # a chain longer than this is not walked to its end (and cannot be a cycle here)
+
+
+async def check_dead_letter_chain(
+    queue: str, dead_letter_queue: str, dead_letter_queue_of: Callable[[str], Awaitable[str | None]]
+) -> None:
+    """Raise InvalidInput when pointing `queue` at `dead_letter_queue` would close a cycle of DLQs.
+
+    `dead_letter_queue_of(name)` is the `_dead_letter_queue` set on queue `name` (None when unset or no such
+    queue). Only a cycle through `queue` is this write's doing; the description names all of it.
+    """
+    chain = [queue, dead_letter_queue]
+    seen = {queue}
+    current = dead_letter_queue
+    while current not in seen and len(chain) <= MAX_DEAD_LETTER_HOPS:
+        seen.add(current)
+        nxt = await dead_letter_queue_of(current)
+        if nxt is None:
+            return
+        chain.append(nxt)
+        current = nxt
+    if current == queue:
+        raise InvalidInput(
+            f"{DEAD_LETTER_QUEUE} {dead_letter_queue!r} would make a cycle of dead-letter queues: "
+            f"{' -> '.join(chain)}. Point one of them at a queue outside the cycle, or remove its "
+            f"{DEAD_LETTER_QUEUE}."
+        )
 
 
 def with_reserved_defaults(meta: Mapping[str, Any], limits: Limits) -> dict[str, Any]:

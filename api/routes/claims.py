@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_json, validate_body
+from api.deps import ClockDep, LimitsDep, ProvenanceDep, QueueDep, StoreDep, read_json, validate_body
 from api.render import json_response, messages
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut
 from core.errors import ClaimNotFound
@@ -44,6 +44,7 @@ async def create_claim(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
+    provenance: ProvenanceDep,
     request: Request,
     limit: Annotated[int | None, Query(description="Most messages to claim, 1 to 20.")] = None,
 ) -> Response:
@@ -56,7 +57,7 @@ async def create_claim(
         return Response(status_code=204)
     now = clock.now_ms()
     return json_response(
-        {"messages": messages(result.claim.messages, now)},
+        {"messages": messages(result.claim.messages, now, provenance=provenance)},
         status_code=201,
         headers={"Location": f"/v2/queues/{q.name}/claims/{result.claim.id}"},
     )
@@ -68,7 +69,9 @@ async def create_claim(
     summary="A claim and the messages it holds",
     responses={404: {"model": ErrorOut}},
 )
-async def get_claim(q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep) -> Response:
+async def get_claim(
+    q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
+) -> Response:
     claim = await store.get_claim(q, _claim_id(claim_id, q.name))
     now = clock.now_ms()
     return json_response(
@@ -77,7 +80,7 @@ async def get_claim(q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep
             "ttl": claim.ttl,
             "grace": claim.grace,
             "href": f"/v2/queues/{q.name}/claims/{claim.id}",
-            "messages": messages(claim.messages, now),
+            "messages": messages(claim.messages, now, provenance=provenance),
         }
     )
 

@@ -7,7 +7,16 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, Response
 
-from api.deps import ClientIdDep, ClockDep, LimitsDep, QueueDep, StoreDep, read_json, validate_body
+from api.deps import (
+    ClientIdDep,
+    ClockDep,
+    LimitsDep,
+    ProvenanceDep,
+    QueueDep,
+    StoreDep,
+    read_json,
+    validate_body,
+)
 from api.render import json_response, message, messages
 from api.schemas import ErrorOut, MessageOut, MessagesOut, MessagesPage, PostedOut, PostMessagesIn
 from core.errors import InvalidInput, MessageNotFound
@@ -77,6 +86,7 @@ async def list_messages(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
+    provenance: ProvenanceDep,
     ids: Annotated[list[str] | None, Query(description="Message ids, comma-separated (at most 20).")] = None,
     marker: Annotated[str | None, Query(description="Where the previous page ended.")] = None,
     limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
@@ -89,7 +99,7 @@ async def list_messages(
         if not found:
             raise MessageNotFound("None of the listed messages exists.")
         now = clock.now_ms()
-        return json_response({"messages": messages(found, now)})
+        return json_response({"messages": messages(found, now, provenance=provenance)})
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
     if marker is not None and not marker.isdigit():
         raise InvalidInput(f"marker must be the marker of a previous page's next link; got {marker[:40]!r}.")
@@ -112,10 +122,11 @@ async def list_messages(
                 "echo": str(echo).lower(),
                 "include_claimed": str(include_claimed).lower(),
                 "include_delayed": str(include_delayed).lower(),
+                "provenance": str(provenance).lower(),
             }
         )
         links.append({"rel": "next", "href": f"/v2/queues/{q.name}/messages?{query}"})
-    return json_response({"messages": messages(page.items, now), "links": links})
+    return json_response({"messages": messages(page.items, now, provenance=provenance), "links": links})
 
 
 @router.delete(
@@ -129,6 +140,7 @@ async def delete_messages(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
+    provenance: ProvenanceDep,
     ids: Annotated[list[str] | None, Query(description="Message ids, comma-separated (at most 20).")] = None,
     pop: Annotated[int | None, Query(description="How many messages to take and delete, 1 to 20.")] = None,
 ) -> Response:
@@ -140,7 +152,7 @@ async def delete_messages(
         check_range(pop, 1, limits.max_messages_per_page, "pop")
         popped = await store.pop_messages(q, limit=pop)
         now = clock.now_ms()
-        return json_response({"messages": messages(popped, now)})
+        return json_response({"messages": messages(popped, now, provenance=provenance)})
     assert ids is not None
     await store.delete_messages(q, _ids(ids, limits.max_messages_per_page))
     return Response(status_code=204)
@@ -152,11 +164,13 @@ async def delete_messages(
     summary="Get one message",
     responses={404: {"model": ErrorOut}},
 )
-async def get_message(q: QueueDep, message_id: str, store: StoreDep, clock: ClockDep) -> Response:
+async def get_message(
+    q: QueueDep, message_id: str, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
+) -> Response:
     found = await store.get_messages(q, [MessageId(message_id)]) if is_valid_id(message_id) else []
     if not found:
         raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {q.name}.")
-    return json_response(message(found[0], clock.now_ms()))
+    return json_response(message(found[0], clock.now_ms(), provenance=provenance))
 
 
 @router.delete(

@@ -23,8 +23,15 @@ from api.render import json_response, stamp
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut
 from core.errors import Conflict, InvalidBody, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_page_limit
-from core.metadata import QueuePolicy, parse_policy, with_reserved_defaults
+from core.metadata import (
+    DEAD_LETTER_QUEUE,
+    QueuePolicy,
+    check_dead_letter_chain,
+    parse_policy,
+    with_reserved_defaults,
+)
 from core.models import QueueRef
+from storage.base import Store
 
 router = APIRouter(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -39,13 +46,21 @@ PATCH_BODY = {
 }
 
 
-def _checked(q: QueueRef, metadata: Any, limits: Limits) -> QueuePolicy:
+async def _checked(q: QueueRef, metadata: Any, limits: Limits, store: Store) -> QueuePolicy:
     if not isinstance(metadata, dict):
         raise InvalidBody("Queue metadata must be a JSON object.")
     size = len(orjson.dumps(metadata))
     if size > limits.max_queue_metadata:
         raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
-    return parse_policy(metadata, limits, queue=q.name)
+    policy = parse_policy(metadata, limits, queue=q.name)
+    if policy.dead_letter_queue is not None:
+
+        async def dead_letter_queue_of(name: str) -> str | None:
+            value = (await store.get_metadata(QueueRef(q.project, name))).get(DEAD_LETTER_QUEUE)
+            return value if isinstance(value, str) else None
+
+        await check_dead_letter_chain(q.name, policy.dead_letter_queue, dead_letter_queue_of)
+    return policy
 
 
 @router.get("/v2/queues", response_model=QueuesPage, summary="List the project's queues")
@@ -86,7 +101,7 @@ async def list_queues(
 async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
     metadata, _ = await read_json(request, max_size=limits.max_queue_metadata, what="Queue metadata")
     metadata = {} if metadata is None else metadata
-    policy = _checked(q, metadata, limits)
+    policy = await _checked(q, metadata, limits, store)
     created = await store.create_queue(q, metadata=metadata, policy=policy)
     return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
 
@@ -127,7 +142,7 @@ async def patch_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: 
         raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
     ops = [validate_body(PatchOp, item) for item in raw]
     metadata = _apply_patch(await store.get_metadata(q), ops)
-    policy = _checked(q, metadata, limits)
+    policy = await _checked(q, metadata, limits, store)
     await store.set_metadata(q, metadata=metadata, policy=policy)
     return with_reserved_defaults(metadata, limits)
 
@@ -149,6 +164,7 @@ async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response
         "delayed": s.delayed,
         "dead_lettered": s.dead_lettered,
         "discarded": s.discarded,
+        "dead_letters_received": s.dead_letters_received,
     }
     if s.oldest is not None:
         counts["oldest"] = stamp(q.name, s.oldest, now)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from core.clock import ManualClock
+from core.models import QueueRef
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_policy
 
 
-async def claim_release(store: Store, limit: int = 20) -> int:
-    result = await store.claim(Q, ttl=60, grace=60, limit=limit)
+async def claim_release(store: Store, limit: int = 20, q: QueueRef = Q) -> int:
+    result = await store.claim(q, ttl=60, grace=60, limit=limit)
     if result.claim is None:
         return 0
-    await store.release_claim(Q, result.claim.id)
+    await store.release_claim(q, result.claim.id)
     return len(result.claim.messages)
 
 
@@ -67,3 +68,50 @@ async def test_no_dlq_discards_and_counts(store: Store) -> None:
     assert await claim_release(store) == 2
     stats = await store.stats(Q)
     assert (stats.total, stats.discarded, stats.dead_lettered) == (0, 2, 0)
+    assert (await store.stats(DLQ)).dead_letters_received == 0
+
+
+async def test_chained_dead_letter_queues_keep_the_first_enqueue_time(
+    store: Store, clock: ManualClock
+) -> None:
+    dlq2 = QueueRef(Q.project, "orders.dlq2")
+    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    await set_policy(store, DLQ, max_claim_count=1, dead_letter_queue=dlq2.name)
+    [mid] = await post(store, Q, "x")
+    posted_at = clock.now_ms()
+    assert await claim_release(store) == 1  # Q -> DLQ
+    clock.advance(10)
+    assert await claim_release(store, q=DLQ) == 1  # DLQ -> DLQ2: its claim count started again at 0
+    [moved] = await store.get_messages(dlq2, [mid])
+    assert moved.dead_letter is not None
+    d = moved.dead_letter
+    assert (d.source_queue, d.claim_count, d.first_enqueued_at_ms) == (DLQ.name, 1, posted_at)
+    assert d.dead_lettered_at_ms == clock.now_ms()
+    stats = await store.stats(DLQ)
+    assert (stats.dead_letters_received, stats.dead_lettered, stats.total) == (1, 1, 0)
+
+
+async def test_listing_a_dlq_with_include_claimed_shows_claimed_dead_letters(store: Store) -> None:
+    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    [mid] = await post(store, Q, "x")
+    assert await claim_release(store) == 1
+    held = await store.claim(DLQ, ttl=60, grace=60, limit=5)
+    assert held.claim is not None
+    page = await store.list_messages(
+        DLQ, marker=None, limit=10, echo=True, client_id="c", include_claimed=True, include_delayed=False
+    )
+    [listed] = page.items
+    assert (listed.id, listed.claim_id) == (mid, held.claim.id)
+    assert listed.dead_letter is not None
+    assert listed.dead_letter.source_queue == Q.name
+
+
+async def test_removing_the_keys_turns_dead_lettering_off(store: Store) -> None:
+    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    await set_policy(store, Q)
+    [mid] = await post(store, Q, "x")
+    for _ in range(3):
+        assert await claim_release(store) == 1
+    [kept] = await store.get_messages(Q, [mid])
+    assert kept.claim_count == 3
+    assert (await store.stats(DLQ)).total == 0

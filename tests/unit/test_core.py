@@ -6,7 +6,7 @@ import pytest
 
 from core.errors import InvalidInput, InvalidQueueName
 from core.limits import Limits, check_client_id, check_queue_name, check_range, is_valid_id
-from core.metadata import QueuePolicy, parse_policy, with_reserved_defaults
+from core.metadata import QueuePolicy, check_dead_letter_chain, parse_policy, with_reserved_defaults
 
 LIMITS = Limits()
 
@@ -74,6 +74,8 @@ def test_null_reserved_keys_mean_unset() -> None:
         ({"_dead_letter_queue": "q"}, "itself"),
         ({"_dead_letter_queue": 7}, "queue name"),
         ({"_dead_letter_queue_messages_ttl": 59}, "between 60 and 1209600"),
+        ({"_dead_letter_queue_messages_ttl": 1_209_601}, "between 60 and 1209600"),
+        ({"_dead_letter_queue_messages_ttl": "3600"}, "must be an integer"),
         ({"_default_message_delay": 901}, "between 0 and 900"),
         ({"_max_messages_post_size": 262_145}, "between 1 and 262144"),
     ],
@@ -89,3 +91,34 @@ def test_get_shows_defaults_under_stored_values() -> None:
     assert shown["_default_message_ttl"] == 3600
     assert shown["a"] == 1
     assert "_dead_letter_queue" not in shown
+
+
+def chain_of(links: dict[str, str]) -> object:
+    async def dead_letter_queue_of(name: str) -> str | None:
+        return links.get(name)
+
+    return dead_letter_queue_of
+
+
+@pytest.mark.parametrize(
+    ("links", "dlq", "cycle"),
+    [
+        ({"b": "a"}, "b", "a -> b -> a"),
+        ({"b": "c", "c": "a"}, "b", "a -> b -> c -> a"),
+    ],
+)
+async def test_dead_letter_cycle_is_refused_and_named(links: dict[str, str], dlq: str, cycle: str) -> None:
+    with pytest.raises(InvalidInput, match=f"cycle of dead-letter queues: {cycle}\\."):
+        await check_dead_letter_chain("a", dlq, chain_of(links))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        {},  # the DLQ has no DLQ of its own
+        {"b": "c", "c": "d"},  # a chain that ends
+        {"b": "c", "c": "b"},  # a cycle that does not pass through "a" is not this write's doing
+    ],
+)
+async def test_dead_letter_chains_without_a_cycle_through_the_queue_pass(links: dict[str, str]) -> None:
+    await check_dead_letter_chain("a", "b", chain_of(links))  # type: ignore[arg-type]
