@@ -57,14 +57,24 @@ class RedisServer:
             self.proc.wait(10)
 
 
+def redis_servers_on(data_dir: Path) -> list[str]:
+    """The command lines of running redis-server processes that use `data_dir`."""
+    out = subprocess.run(["pgrep", "-af", "redis-server"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(data_dir) in line]
+
+
 class CharonProcess:
     """`charon serve` as a real process (uvicorn), on a free port."""
 
     def __init__(
-        self, storage_uri: str | None, data_dir: Path | None = None, namespace: str = "charon"
+        self,
+        storage_uri: str | None,
+        data_dir: Path | None = None,
+        namespace: str = "charon",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
-        self.env = dict(os.environ, CHARON_NAMESPACE=namespace)
+        self.env = dict(os.environ, CHARON_NAMESPACE=namespace, **(env or {}))
         if storage_uri is not None:
             self.env["CHARON_STORAGE_URI"] = storage_uri
         else:
@@ -93,6 +103,16 @@ class CharonProcess:
                 raise RuntimeError("charon exited at start")
             time.sleep(0.1)
         raise RuntimeError("charon did not start")
+
+    def kill(self) -> None:
+        """kill -9, then wait until the embedded store (if any) has died with it."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(15)
+        data_dir = self.env.get("CHARON_DATA_DIR")
+        deadline = time.monotonic() + 10
+        while data_dir and redis_servers_on(Path(data_dir)) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import CLIENT_ID
-from tests.servers import CharonProcess
+from tests.servers import CharonProcess, redis_servers_on
 
 pytestmark = pytest.mark.slow
 HEADERS = {"Client-ID": CLIENT_ID, "X-Project-ID": "embedded"}
@@ -37,20 +36,15 @@ def test_embedded_store_serves_and_persists(tmp_path: Path) -> None:
         second.stop()
 
 
-def _redis_servers_on(data: Path) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", "redis-server"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if str(data) in line]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_embedded_store_stops_with_the_service(tmp_path: Path, sig: signal.Signals) -> None:
     data = tmp_path / "data"
     proc = CharonProcess(None, data_dir=data).start()
-    assert len(_redis_servers_on(data)) == 1
+    assert len(redis_servers_on(data)) == 1
     assert proc.proc is not None
     proc.proc.send_signal(sig)
     proc.proc.wait(15)
     deadline = time.monotonic() + 10
-    while _redis_servers_on(data) and time.monotonic() < deadline:
+    while redis_servers_on(data) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _redis_servers_on(data) == []
+    assert redis_servers_on(data) == []

@@ -117,3 +117,39 @@ def test_bad_input_raises_client_errors(server: CharonProcess) -> None:
         q.post({"body": 1, "ttl": 1})
     with pytest.raises(zerrors.MalformedRequest):
         q.claim(ttl=1)
+
+
+def dead_letter_one(client: Any, queue: str) -> Any:
+    """Post one message to `queue` (2 claims at most, DLQ `<queue>-dlq`), claim and release it twice."""
+    q = client.queue(queue)
+    q.metadata(new_meta={"_max_claim_count": 2, "_dead_letter_queue": f"{queue}-dlq"})
+    q.post({"body": "poison"})
+    for _ in range(2):
+        claim = q.claim(ttl=60, grace=60, limit=5)
+        assert [m.body for m in claim] == ["poison"]
+        claim.delete()
+    assert list(q.claim(limit=5)) == []
+    assert q.stats["messages"]["dead_lettered"] == 1
+    return client.queue(f"{queue}-dlq", auto_create=False)
+
+
+def test_dlq_consumers_with_provenance_off(redis_url: str) -> None:
+    """python-zaqarclient rejects message fields it does not know, so a deployment whose DLQ consumers use it
+    runs with CHARON_PROVENANCE=false; claims, gets and listings of the DLQ then work unchanged."""
+    proc = CharonProcess(redis_url, namespace=f"zc{uuid.uuid4().hex[:8]}", env={"CHARON_PROVENANCE": "false"})
+    proc.start()
+    try:
+        dlq = dead_letter_one(make_client(proc), "zc-work")
+        [listed] = list(dlq.messages(echo=True))
+        assert dlq.message(listed.id).body == "poison"
+        [claimed] = list(dlq.claim(ttl=60, grace=60, limit=5))
+        assert claimed.body == "poison"
+        claimed.delete()
+        assert dlq.stats["messages"]["total"] == 0
+    finally:
+        proc.stop()
+
+
+def test_dlq_listing_with_provenance_turned_off_per_request(server: CharonProcess) -> None:
+    dlq = dead_letter_one(make_client(server), "zc-work2")
+    assert [m.body for m in dlq.messages(echo=True, provenance=False)] == ["poison"]
