@@ -18,6 +18,7 @@ async def run_sweeper(store: Store, interval: float) -> None:
     interval, and a process that dies holding it delays the next sweep by less than one interval.
     """
     lease_ms = max(int(interval * 900), 1)
+    task = asyncio.current_task()
     while True:
         try:
             await store.sweep(lease_ms=lease_ms)
@@ -25,4 +26,8 @@ async def run_sweeper(store: Store, interval: float) -> None:
             log.warning("sweep skipped: %s", exc.description)
         except Exception:  # a bug must not stop eager dead-lettering for the life of the process
             log.exception("sweep failed")
+        # A cancellation that lands inside the storage client can come out as an error, or not at all
+        # (redis-py closes the connection and returns); honour it here so shutdown never hangs.
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         await asyncio.sleep(interval)

@@ -24,12 +24,26 @@ def project_prefix(namespace: str, project: str) -> str:
 
 
 def projects_key(namespace: str) -> str:
-    """SET of every project that has had a queue; the sweeper's list of where to look."""
+    """SET of every project that has had a queue; the sweeper's periodic full scan walks it."""
     return f"{namespace}:projects"
+
+
+def touched_key(namespace: str) -> str:
+    """SET of projects some script ran on since the sweeper last took the set: their due times may be new."""
+    return f"{namespace}:touched"
+
+
+def due_projects_key(namespace: str) -> str:
+    """ZSET project -> its earliest due time as the sweeper last saw it."""
+    return f"{namespace}:due-projects"
 
 
 def sweeper_lease_key(namespace: str) -> str:
     return f"{namespace}:sweeper-lease"
+
+
+def full_scan_key(namespace: str) -> str:
+    return f"{namespace}:sweeper-full-scan"
 
 
 @dataclass(frozen=True, slots=True)

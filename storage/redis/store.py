@@ -34,12 +34,21 @@ from core.models import (
     QueueRef,
     QueueStats,
 )
-from storage.redis.keys import QueueKeys, project_prefix, projects_key, sweeper_lease_key
+from storage.redis.keys import (
+    QueueKeys,
+    due_projects_key,
+    full_scan_key,
+    project_prefix,
+    projects_key,
+    sweeper_lease_key,
+    touched_key,
+)
 from storage.redis.scripts import load_scripts, run
 
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
-SWEEP_PROJECTS_PER_ROUND = 200  # projects per SSCAN page, swept in one pipeline
+SWEEP_PROJECTS_PER_ROUND = 500  # projects looked at in one pipeline
+FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair what a crash left unmarked
 
 
 def new_id() -> str:
@@ -111,15 +120,23 @@ class RedisStore:
         return cls(client, namespace=namespace, clock=clock)
 
     async def _call(self, name: str, q: QueueRef, *args: Any) -> Any:
-        keys = QueueKeys.of(self._namespace, q)
+        qk = QueueKeys.of(self._namespace, q)
         async with _unavailable_as_domain_error():
-            if q.project not in self._registered:
-                # Before the first script of the project, so that whatever it schedules gets swept.
+            if q.project not in self._registered:  # for the sweeper's periodic full scan
                 await self._client.sadd(projects_key(self._namespace), q.project)
                 self._registered.add(q.project)
-            return await run(
-                self._scripts[name], keys.all(), [keys.prefix, q.name, self._clock.now_ms(), *args]
-            )
+            return await run(self._scripts[name], qk.all(), [qk.prefix, q.name, self._clock.now_ms(), *args])
+
+    async def _call_scheduling(self, name: str, q: QueueRef, *args: Any) -> list[Any]:
+        """_call() for the scripts that may move the project's earliest due time earlier (lib.lua SWEEP):
+        they return that flag first, and then the project is marked touched so the sweeper looks at it.
+        A crash between the two loses the mark; the sweeper's periodic full scan repairs that."""
+        out: list[Any] = await self._call(name, q, *args)
+        lowered, *result = out
+        if lowered:
+            async with _unavailable_as_domain_error():
+                await self._client.sadd(touched_key(self._namespace), q.project)
+        return result
 
     # -- queues -------------------------------------------------------------------------------------------
 
@@ -201,7 +218,7 @@ class RedisStore:
                 -1 if m.ttl is None else m.ttl,
                 -1 if m.delay is None else m.delay,
             ]
-        await self._call("post_messages", q, *args)
+        await self._call_scheduling("post_messages", q, *args)
         return ids
 
     async def list_messages(
@@ -244,7 +261,9 @@ class RedisStore:
     async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
         claim_id = ClaimId(new_id())
         now = self._clock.now_ms()
-        dead_lettered, discarded, *views = await self._call("claim", q, claim_id, ttl, grace, limit)
+        dead_lettered, discarded, *views = await self._call_scheduling(
+            "claim", q, claim_id, ttl, grace, limit
+        )
         claim = None
         if views:
             claim = Claim(
@@ -271,44 +290,91 @@ class RedisStore:
         )
 
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
-        await self._call("renew_claim", q, claim_id, ttl, grace)
+        await self._call_scheduling("renew_claim", q, claim_id, ttl, grace)
 
     async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
-        await self._call("release_claim", q, claim_id)
+        await self._call_scheduling("release_claim", q, claim_id)
 
     # -- sweeper ------------------------------------------------------------------------------------------
 
     async def sweep(self, *, lease_ms: int = 0) -> int | None:
         """Visit every queue whose next claim or message expiry has come (sweep.lua), in every project.
 
-        With `lease_ms`, only one process a period does the work: it sweeps if it takes the namespace's
-        lease for that long, and returns None otherwise. Correctness never depends on the lease (each
-        queue's step is atomic); it only keeps many API processes from repeating each other's work.
+        The projects looked at are those touched since the last sweep and those whose recorded due time has
+        come; every FULL_SCAN_MS one sweeper looks at all of them, which repairs the record after a sweeper
+        died between taking the touched set and recording what it found. With `lease_ms`, only one process a
+        period does the work: it sweeps if it takes the namespace's lease for that long, and returns None
+        otherwise. Correctness never depends on the lease (each queue's step is atomic); it only keeps many
+        API processes from repeating each other's work. Returns the number of queues visited.
         """
         now = self._clock.now_ms()
+        ns = self._namespace
         async with _unavailable_as_domain_error():
-            if lease_ms > 0:
-                key = sweeper_lease_key(self._namespace)
-                if not await self._client.set(key, self._lease_token, nx=True, px=lease_ms):
-                    return None
-            script = self._scripts["sweep"]
-            visited, cursor = 0, 0
-            while True:
-                cursor, projects = await self._client.sscan(
-                    projects_key(self._namespace), cursor, count=SWEEP_PROJECTS_PER_ROUND
+            if lease_ms > 0 and not await self._client.set(
+                sweeper_lease_key(ns), self._lease_token, nx=True, px=lease_ms
+            ):
+                return None
+            visited = 0
+            if await self._client.set(full_scan_key(ns), self._lease_token, nx=True, px=FULL_SCAN_MS):
+                cursor = 0
+                while True:
+                    cursor, page = await self._client.sscan(
+                        projects_key(ns), cursor, count=SWEEP_PROJECTS_PER_ROUND
+                    )
+                    visited += await self._sweep_projects([str(p) for p in page], now)
+                    if int(cursor) == 0:
+                        return visited
+            # The set is taken before the projects are swept: a script that runs meanwhile marks its
+            # project again, so it is looked at next time too.
+            while touched := await self._client.spop(touched_key(ns), SWEEP_PROJECTS_PER_ROUND):
+                visited += await self._sweep_projects([str(p) for p in touched], now)
+            due = await self._client.zrangebyscore(due_projects_key(ns), "-inf", now)
+            for i in range(0, len(due), SWEEP_PROJECTS_PER_ROUND):
+                visited += await self._sweep_projects(
+                    [str(p) for p in due[i : i + SWEEP_PROJECTS_PER_ROUND]], now
                 )
-                pending = [project_prefix(self._namespace, str(p)) for p in projects]
-                while pending:
-                    async with self._client.pipeline(transaction=False) as pipe:
-                        for prefix in pending:
-                            await script(
-                                keys=[f"{prefix}due"], args=[prefix, now, SWEEP_QUEUES_PER_CALL], client=pipe
-                            )
-                        results = await pipe.execute()
-                    visited += sum(int(r[0]) for r in results)
-                    pending = [p for p, r in zip(pending, results, strict=True) if int(r[1]) > 0]
-                if int(cursor) == 0:
-                    return visited
+            return visited
+
+    async def _sweep_projects(self, projects: list[str], now: int) -> int:
+        """Sweep what is due in `projects` and record each one's next due time."""
+        if not projects:
+            return 0
+        prefixes = {p: project_prefix(self._namespace, p) for p in projects}
+        # A plain read first: most projects have nothing due yet, and a read is far cheaper than a script.
+        async with self._client.pipeline(transaction=False) as pipe:
+            for prefix in prefixes.values():
+                pipe.zrange(f"{prefix}due", 0, 0, withscores=True)
+            firsts = await pipe.execute()
+        next_due: dict[str, float] = {}
+        pending: list[str] = []
+        for project, first in zip(projects, firsts, strict=True):
+            if first and first[0][1] <= now:
+                pending.append(project)
+            elif first:
+                next_due[project] = first[0][1]
+        visited = 0
+        script = self._scripts["sweep"]
+        while pending:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for project in pending:
+                    prefix = prefixes[project]
+                    await script(
+                        keys=[f"{prefix}due"], args=[prefix, now, SWEEP_QUEUES_PER_CALL], client=pipe
+                    )
+                results = await pipe.execute()
+            visited += sum(int(r[0]) for r in results)
+            for project, r in zip(pending, results, strict=True):
+                if int(r[2]) >= 0:
+                    next_due[project] = int(r[2])
+            pending = [p for p, r in zip(pending, results, strict=True) if int(r[1]) > 0]
+        async with self._client.pipeline(transaction=False) as pipe:
+            if next_due:
+                pipe.zadd(due_projects_key(self._namespace), next_due)
+            idle = [p for p in projects if p not in next_due]
+            if idle:
+                pipe.zrem(due_projects_key(self._namespace), *idle)
+            await pipe.execute()
+        return visited
 
     # -- service ------------------------------------------------------------------------------------------
 

@@ -70,3 +70,15 @@ async def test_sweep_lease_lets_one_caller_work_a_period(store: Store, clock: Ma
     assert await store.sweep(lease_ms=60_000) is not None
     assert await store.sweep(lease_ms=60_000) is None  # the lease is held: the work would repeat
     assert await store.sweep() is not None  # without a lease the caller always works
+
+
+async def test_later_sweeps_find_new_work_and_work_that_comes_due(store: Store, clock: ManualClock) -> None:
+    await store.sweep()  # a namespace's first sweep may walk every project; the next ones look at less
+    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    [mid] = await post(store, Q, "x")
+    await store.sweep()  # the project's next work: the message expires in an hour
+    assert (await store.claim(Q, ttl=60, grace=0, limit=1)).claim is not None
+    await store.sweep()  # sees that the claim made it sooner, not yet due
+    clock.advance(61)
+    await store.sweep()  # nothing touched the project since: found because it came due
+    assert len(await store.get_messages(DLQ, [mid])) == 1

@@ -1,4 +1,4 @@
-"""Redis driver internals: every script file is loaded, and scripts survive a SCRIPT FLUSH."""
+"""Redis driver internals: every script file is loaded, scripts survive SCRIPT FLUSH, the sweeper's index."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from importlib import resources
 
 import redis.asyncio as aioredis
 
+from core.clock import ManualClock
+from storage.redis.keys import full_scan_key, touched_key
 from storage.redis.scripts import SCRIPT_NAMES
 from storage.redis.store import RedisStore
-from tests.contract.helpers import Q, post
+from tests.contract.helpers import DLQ, Q, post, set_policy
 
 
 def test_every_lua_file_is_a_loaded_script() -> None:
@@ -27,3 +29,24 @@ async def test_scripts_reload_after_script_flush(redis_store: RedisStore, redis_
     await admin.aclose()
     await post(redis_store, Q, "after")  # NOSCRIPT -> redis-py loads the script again
     assert (await redis_store.stats(Q)).total == 2
+
+
+async def test_full_scan_repairs_a_lost_touched_mark(
+    redis_store: RedisStore, redis_url: str, clock: ManualClock
+) -> None:
+    """A sweeper that dies between taking the touched set and recording due times loses the marks; the
+    periodic full scan (every FULL_SCAN_MS) finds the project again."""
+    await redis_store.sweep()  # the first sweep is the full scan; the next full scan is 30 s away
+    await set_policy(redis_store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    [mid] = await post(redis_store, Q, "x")
+    assert (await redis_store.claim(Q, ttl=60, grace=0, limit=1)).claim is not None
+    admin = aioredis.Redis.from_url(redis_url)
+    ns = redis_store._namespace
+    await admin.delete(touched_key(ns))  # as if taken by a sweeper that then died
+    clock.advance(61)
+    await redis_store.sweep()
+    assert await redis_store.get_messages(DLQ, [mid]) == []
+    await admin.delete(full_scan_key(ns))  # 30 s later
+    await admin.aclose()
+    await redis_store.sweep()
+    assert len(await redis_store.get_messages(DLQ, [mid])) == 1

@@ -1,5 +1,5 @@
 -- claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace, limit])
---   -> {n_dead_lettered, n_discarded, view1, view2, ...}   (no claim is stored when no view is returned)
+--   -> {due time lowered (0/1), n_dead_lettered, n_discarded, view1, view2, ...}   (no claim is stored when no view is returned)
 -- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
 -- (promise 5). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
 -- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are
@@ -11,7 +11,7 @@ local pol = policy(K)
 housekeep(prefix, K, name, now, pol)
 local ce = now + ttl * 1000
 local ck = prefix .. 'c:' .. claim_id
-local out = {0, 0}
+local out = {0, 0, 0}
 local got = 0
 while got < limit do
   local ids = redis.call('ZRANGE', K.ready, 0, limit - got - 1)
@@ -26,7 +26,7 @@ while got < limit do
       remove_message(prefix, K, id)
     elseif exhausted(pol, tonumber(f[2])) then
       local moved = dead_letter(prefix, K, name, id, 'max_claims', now, pol)
-      out[2 - moved] = out[2 - moved] + 1
+      out[3 - moved] = out[3 - moved] + 1
     else
       redis.call('HINCRBY', mk, 'cc', 1)
       redis.call('HSET', mk, 'c', claim_id, 'ce', ce)
@@ -46,4 +46,5 @@ if got > 0 then
   redis.call('PEXPIRE', ck .. ':m', keep)
   schedule(K, ce)
 end
+out[1] = SWEEP.lowered
 return out

@@ -1,4 +1,4 @@
--- lib.lua: prepended to every script by scripts.py. Helpers only; no top-level statements.
+-- lib.lua: prepended to every script by scripts.py. Helpers only, and the SWEEP flag.
 --
 -- Key layout (storage/redis/keys.py builds the same names; prefix = "<ns>:{<project>}:"):
 --   prefix.."queues"            ZSET  queue names of the project (score 0, listed by lex order)
@@ -27,9 +27,19 @@ local function qkeys(prefix, name)
           queues = prefix .. 'queues', due = prefix .. 'due'}
 end
 
+-- Whether this script moved the project's earliest due time earlier. Scripts that can (post, claim,
+-- renew, release) return it first, and the driver then marks the project touched for the sweeper, which
+-- otherwise only looks at projects whose recorded due time has come. (Other scripts only schedule work
+-- while handling work that was already due, so the sweeper visits their project anyway.)
+local SWEEP = {lowered = 0}
+
 -- Something happens to the queue at `at` (a claim or a message expires): make sure the sweeper visits it
 -- by then. LT keeps the earliest time; an early visit only reschedules (sweep.lua).
 local function schedule(K, at)
+  if SWEEP.lowered == 0 then
+    local first = redis.call('ZRANGE', K.due, 0, 0, 'WITHSCORES')
+    if #first == 0 or at < tonumber(first[2]) then SWEEP.lowered = 1 end
+  end
   redis.call('ZADD', K.due, 'LT', at, K.name)
 end
 

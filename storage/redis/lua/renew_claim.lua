@@ -1,5 +1,5 @@
 -- renew_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace])
---   -> number of messages still held. The claim now ends at now + ttl and its age starts again (Zaqar);
+--   -> {due time lowered (0/1), number of messages still held}. The claim now ends at now + ttl and its age starts again (Zaqar);
 --   each message it holds lives at least until then plus grace. Error CHARON_NO_CLAIM as get_claim.
 local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local ttl, grace = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -26,4 +26,4 @@ for _, id in ipairs(redis.call('LRANGE', ck .. ':m', 0, -1)) do
     held = held + 1
   end
 end
-return held
+return {SWEEP.lowered, held}

@@ -1,4 +1,5 @@
--- sweep(KEYS=[prefix.."due"], ARGV=[prefix, now, max_queues]) -> {queues visited, queues still due}
+-- sweep(KEYS=[prefix.."due"], ARGV=[prefix, now, max_queues])
+--   -> {queues visited, queues still due, the project's next due time or -1 when nothing is scheduled}
 -- The background sweeper's step for one project: every queue whose due time has come is brought up to
 -- now by housekeep() — an expired claim ends there, and a message that used up its claims moves to the
 -- DLQ at that moment (ARCHITECTURE.md §3 promise 7) — then rescheduled for its next claim or message
@@ -18,4 +19,5 @@ for _, name in ipairs(names) do
     if at then redis.call('ZADD', due, at, name) else redis.call('ZREM', due, name) end
   end
 end
-return {#names, redis.call('ZCOUNT', due, '-inf', now)}
+local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+return {#names, redis.call('ZCOUNT', due, '-inf', now), first[2] or -1}
