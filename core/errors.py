@@ -71,6 +71,10 @@ class Conflict(CharonError):
     title = "Resource conflict"
 
 
+class MetadataChanged(Conflict):
+    """Queue metadata of the project changed since it was read; the writer re-reads and tries again."""
+
+
 class PayloadTooLarge(CharonError):
     status = 413
     title = "Request body too large"

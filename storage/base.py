@@ -30,14 +30,41 @@ from core.models import (
 
 
 class QueueStore(Protocol):
-    async def create_queue(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> bool:
-        """Create `q` with `metadata`; True when created. An existing queue keeps its metadata (False)."""
+    async def create_queue(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> bool:
+        """Create `q` with `metadata`; True when created. An existing queue keeps its metadata (False).
+
+        With `expected_version`, raises MetadataChanged (and creates nothing) unless the project's metadata
+        version still is that (see metadata_version)."""
+
+    async def metadata_version(self, project: str) -> int:
+        """A number that changes with every metadata write in `project` (0 before the first).
+
+        A writer that validates against several queues' metadata (the DLQ cycle check) reads it first and
+        passes it as `expected_version`, so that no concurrent write slips between its reads and its write.
+        """
 
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
         """The stored metadata; {} for a queue never created."""
 
-    async def set_metadata(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> None:
-        """Replace the metadata (already validated into `policy`), creating the queue when absent."""
+    async def set_metadata(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> None:
+        """Replace the metadata (already validated into `policy`), creating the queue when absent.
+
+        With `expected_version`, raises MetadataChanged (and writes nothing) unless the project's metadata
+        version still is that."""
 
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool

@@ -21,7 +21,7 @@ from api.deps import (
 from api.errors import JSON_PATCH
 from api.render import json_response, stamp
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut
-from core.errors import Conflict, InvalidBody, PayloadTooLarge, UnsupportedMediaType
+from core.errors import Conflict, InvalidBody, MetadataChanged, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_page_limit
 from core.metadata import (
     DEAD_LETTER_QUEUE,
@@ -34,6 +34,9 @@ from core.models import QueueRef
 from storage.base import Store
 
 router = APIRouter(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+
+METADATA_WRITE_ATTEMPTS = 8
+KEPT_CHANGING = "Queue metadata in this project kept changing while this write was being checked; retry it."
 
 METADATA_BODY = {"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}}
 PATCH_BODY = {
@@ -94,6 +97,7 @@ async def list_queues(
     summary="Create a queue (201), or leave an existing one as it is (204)",
     responses={
         204: {"description": "The queue existed; its metadata is unchanged."},
+        409: {"model": ErrorOut},
         413: {"model": ErrorOut},
     },
     openapi_extra=METADATA_BODY,
@@ -101,8 +105,15 @@ async def list_queues(
 async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
     metadata, _ = await read_json(request, max_size=limits.max_queue_metadata, what="Queue metadata")
     metadata = {} if metadata is None else metadata
-    policy = await _checked(q, metadata, limits, store)
-    created = await store.create_queue(q, metadata=metadata, policy=policy)
+    for attempt in range(METADATA_WRITE_ATTEMPTS):
+        version = await store.metadata_version(q.project)
+        policy = await _checked(q, metadata, limits, store)
+        try:
+            created = await store.create_queue(q, metadata=metadata, policy=policy, expected_version=version)
+            break
+        except MetadataChanged:
+            if attempt == METADATA_WRITE_ATTEMPTS - 1:
+                raise MetadataChanged(KEPT_CHANGING) from None
     return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
 
 
@@ -141,9 +152,18 @@ async def patch_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: 
     if not isinstance(raw, list) or not raw:
         raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
     ops = [validate_body(PatchOp, item) for item in raw]
-    metadata = _apply_patch(await store.get_metadata(q), ops)
-    policy = await _checked(q, metadata, limits, store)
-    await store.set_metadata(q, metadata=metadata, policy=policy)
+    for attempt in range(METADATA_WRITE_ATTEMPTS):
+        # Read, patch, check and write again if another write landed in between: no lost update, and the
+        # DLQ cycle check always sees what the write lands on.
+        version = await store.metadata_version(q.project)
+        metadata = _apply_patch(await store.get_metadata(q), ops)
+        policy = await _checked(q, metadata, limits, store)
+        try:
+            await store.set_metadata(q, metadata=metadata, policy=policy, expected_version=version)
+            break
+        except MetadataChanged:
+            if attempt == METADATA_WRITE_ATTEMPTS - 1:
+                raise MetadataChanged(KEPT_CHANGING) from None
     return with_reserved_defaults(metadata, limits)
 
 

@@ -34,6 +34,7 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     "CHARON_NO_CLAIM": errors.ClaimNotFound,
     "CHARON_CLAIMED": errors.ClaimMismatch,
     "CHARON_CLAIM_MISMATCH": errors.ClaimMismatch,
+    "CHARON_STALE": errors.MetadataChanged,
 }
 
 

@@ -82,7 +82,7 @@ def _message(flat: list[Any]) -> Message:
     )
 
 
-def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy) -> list[Any]:
+def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_version: int | None) -> list[Any]:
     def opt(value: int | str | None) -> int | str:
         return "" if value is None else value
 
@@ -94,6 +94,7 @@ def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy) -> list[Any]:
         opt(policy.max_claim_count),
         opt(policy.dead_letter_queue),
         opt(policy.dead_letter_ttl),
+        opt(expected_version),
     ]
 
 
@@ -140,16 +141,35 @@ class RedisStore:
 
     # -- queues -------------------------------------------------------------------------------------------
 
-    async def create_queue(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> bool:
-        return bool(await self._call("create_queue", q, *_policy_args(metadata, policy)))
+    async def create_queue(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> bool:
+        return bool(await self._call("create_queue", q, *_policy_args(metadata, policy, expected_version)))
+
+    async def metadata_version(self, project: str) -> int:
+        async with _unavailable_as_domain_error():
+            raw = await self._client.get(f"{project_prefix(self._namespace, project)}mver")
+        return int(raw or 0)
 
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
         async with _unavailable_as_domain_error():
             raw = await self._client.hget(QueueKeys.of(self._namespace, q).queue, "meta")
         return dict(orjson.loads(raw)) if raw else {}
 
-    async def set_metadata(self, q: QueueRef, *, metadata: Mapping[str, Any], policy: QueuePolicy) -> None:
-        await self._call("set_metadata", q, *_policy_args(metadata, policy))
+    async def set_metadata(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> None:
+        await self._call("set_metadata", q, *_policy_args(metadata, policy, expected_version))
 
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool

@@ -182,3 +182,24 @@ async def test_the_apps_sweeper_moves_messages_whose_last_claim_expired(
             await asyncio.sleep(0.02)
         else:
             pytest.fail("the sweeper did not move the message")
+
+
+async def test_concurrent_patches_lose_no_update(client: httpx.AsyncClient) -> None:
+    async def add(i: int) -> int:
+        op = [{"op": "add", "path": f"/metadata/k{i}", "value": i}]
+        r = await client.patch("/v2/queues/busy", json=op, headers={"Content-Type": JSON_PATCH})
+        return r.status_code
+
+    assert await asyncio.gather(*(add(i) for i in range(6))) == [200] * 6
+    meta = (await client.get("/v2/queues/busy")).json()
+    assert {k: meta[k] for k in meta if k.startswith("k")} == {f"k{i}": i for i in range(6)}
+
+
+async def test_concurrent_writes_cannot_close_a_dlq_cycle(client: httpx.AsyncClient) -> None:
+    async def point(queue: str, dlq: str) -> int:
+        return (await client.put(f"/v2/queues/{queue}", json={"_dead_letter_queue": dlq})).status_code
+
+    for i in range(10):
+        a, b = f"a{i}", f"b{i}"
+        statuses = sorted(await asyncio.gather(point(a, b), point(b, a)))
+        assert statuses == [201, 400]  # one wins; the other sees it and is refused

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import pytest
+
+from core.errors import MetadataChanged
 from core.metadata import QueuePolicy
 from core.models import QueueRef
 from storage.base import Store
@@ -69,3 +72,19 @@ async def test_stats_count_free_claimed_delayed(store: Store) -> None:
     assert stats.oldest.id == first[0]
     assert stats.newest is not None
     assert stats.newest.id != first[0]
+
+
+async def test_a_write_against_a_stale_metadata_version_changes_nothing(store: Store) -> None:
+    before = await store.metadata_version(Q.project)
+    await store.set_metadata(Q, metadata={"a": 1}, policy=QueuePolicy(), expected_version=before)
+    after = await store.metadata_version(Q.project)
+    assert after != before
+    with pytest.raises(MetadataChanged):
+        await store.set_metadata(Q, metadata={"a": 2}, policy=QueuePolicy(), expected_version=before)
+    other = QueueRef(Q.project, "other")
+    with pytest.raises(MetadataChanged):
+        await store.create_queue(other, metadata={"b": 1}, policy=QueuePolicy(), expected_version=before)
+    assert await store.get_metadata(Q) == {"a": 1}
+    listed = await store.list_queues(Q.project, marker=None, limit=10, detailed=False)
+    assert [info.name for info in listed.items] == [Q.name]
+    assert await store.metadata_version(QueueRef("elsewhere", "q").project) == 0

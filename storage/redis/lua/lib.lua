@@ -172,11 +172,23 @@ end
 
 local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl'}
 
--- Write the metadata JSON and the policy fields parsed from it (ARGV from `first` on, '' = unset).
-local function write_metadata(K, argv, first)
+-- Write the metadata JSON and the policy fields parsed from it (ARGV from `first` on, '' = unset), if the
+-- project's metadata version is still argv[first + 7] ('' = write regardless); bumps the version. The
+-- version is project-wide because a DLQ cycle check reads several queues of the project.
+local function write_metadata(prefix, K, argv, first)
+  local expected = argv[first + 7]
+  local mver = prefix .. 'mver'
+  if expected and expected ~= '' and tonumber(redis.call('GET', mver) or '0') ~= tonumber(expected) then
+    return false
+  end
+  redis.call('INCR', mver)
   redis.call('HSET', K.queue, 'meta', argv[first])
   for i, field in ipairs(POLICY_FIELDS) do
     local v = argv[first + i]
     if v == '' then redis.call('HDEL', K.queue, field) else redis.call('HSET', K.queue, field, v) end
   end
+  return true
 end
+
+local STALE = 'CHARON_STALE The queue metadata of this project changed meanwhile; read it again.'
+
