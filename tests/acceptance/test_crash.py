@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from pathlib import Path
 
 import httpx
@@ -124,5 +125,30 @@ def test_kill_9_during_a_dead_letter_storm_loses_and_duplicates_nothing(tmp_path
                 url = next((link["href"] for link in page["links"] if link["rel"] == "next"), None)
                 url = url if page["messages"] else None
         assert len(seen) == len(set(seen)) == MESSAGES
+    finally:
+        service.stop()
+
+
+def test_sweepers_of_several_worker_processes_move_each_message_once(redis_url: str) -> None:
+    """Two uvicorn workers, each with its sweeper: claims that lapse are ended and their messages moved
+    once, with no request on the source queue after the claims."""
+    env = {"CHARON_LIMITS__MIN_CLAIM_TTL": "1", "CHARON_SWEEP_INTERVAL": "0.1", "CHARON_WORKERS": "2"}
+    service = CharonProcess(redis_url, namespace=f"w{os.urandom(4).hex()}", env=env).start()
+    try:
+        with httpx.Client(base_url=service.url, headers=HEADERS) as c:
+            c.put("/v2/queues/lapse", json={"_max_claim_count": 1, "_dead_letter_queue": "lapse.dlq"})
+            for _ in range(10):
+                c.post("/v2/queues/lapse/messages", json={"messages": [{"body": n} for n in range(20)]})
+            for _ in range(10):
+                assert (
+                    c.post("/v2/queues/lapse/claims?limit=20", json={"ttl": 1, "grace": 0}).status_code == 201
+                )
+            stats: dict[str, int] = {}
+            for _ in range(100):  # up to 10 s; the claims lapse after 1 s
+                stats = c.get("/v2/queues/lapse.dlq/stats").json()["messages"]
+                if stats["total"] == 200:
+                    break
+                time.sleep(0.1)
+            assert (stats["total"], stats["dead_letters_received"]) == (200, 200)
     finally:
         service.stop()
