@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
 import orjson
@@ -35,6 +37,7 @@ from storage.base import Store
 
 router = APIRouter(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
+T = TypeVar("T")
 METADATA_WRITE_ATTEMPTS = 8
 KEPT_CHANGING = "Queue metadata in this project kept changing while this write was being checked; retry it."
 
@@ -64,6 +67,25 @@ async def _checked(q: QueueRef, metadata: Any, limits: Limits, store: Store) -> 
 
         await check_dead_letter_chain(q.name, policy.dead_letter_queue, dead_letter_queue_of)
     return policy
+
+
+async def _write_checked(
+    q: QueueRef,
+    store: Store,
+    limits: Limits,
+    metadata_now: Callable[[], Awaitable[Any]],
+    write: Callable[[dict[str, Any], QueuePolicy, int], Awaitable[T]],
+) -> tuple[dict[str, Any], T]:
+    """Compute the metadata to write, check it (DLQ chain included) and write it, unless another metadata
+    write landed in the project in between: then all again. No lost update, and the DLQ cycle check always
+    sees what the write lands on. Returns the metadata written and what `write` returned."""
+    for _ in range(METADATA_WRITE_ATTEMPTS):
+        version = await store.metadata_version(q.project)
+        metadata = await metadata_now()
+        policy = await _checked(q, metadata, limits, store)
+        with contextlib.suppress(MetadataChanged):
+            return metadata, await write(metadata, policy, version)
+    raise MetadataChanged(KEPT_CHANGING)
 
 
 @router.get("/v2/queues", response_model=QueuesPage, summary="List the project's queues")
@@ -104,16 +126,15 @@ async def list_queues(
 )
 async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
     metadata, _ = await read_json(request, max_size=limits.max_queue_metadata, what="Queue metadata")
-    metadata = {} if metadata is None else metadata
-    for attempt in range(METADATA_WRITE_ATTEMPTS):
-        version = await store.metadata_version(q.project)
-        policy = await _checked(q, metadata, limits, store)
-        try:
-            created = await store.create_queue(q, metadata=metadata, policy=policy, expected_version=version)
-            break
-        except MetadataChanged:
-            if attempt == METADATA_WRITE_ATTEMPTS - 1:
-                raise MetadataChanged(KEPT_CHANGING) from None
+    body = {} if metadata is None else metadata
+
+    async def given() -> Any:
+        return body
+
+    async def create(meta: dict[str, Any], policy: QueuePolicy, version: int) -> bool:
+        return await store.create_queue(q, metadata=meta, policy=policy, expected_version=version)
+
+    _, created = await _write_checked(q, store, limits, given, create)
     return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
 
 
@@ -152,18 +173,14 @@ async def patch_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: 
     if not isinstance(raw, list) or not raw:
         raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
     ops = [validate_body(PatchOp, item) for item in raw]
-    for attempt in range(METADATA_WRITE_ATTEMPTS):
-        # Read, patch, check and write again if another write landed in between: no lost update, and the
-        # DLQ cycle check always sees what the write lands on.
-        version = await store.metadata_version(q.project)
-        metadata = _apply_patch(await store.get_metadata(q), ops)
-        policy = await _checked(q, metadata, limits, store)
-        try:
-            await store.set_metadata(q, metadata=metadata, policy=policy, expected_version=version)
-            break
-        except MetadataChanged:
-            if attempt == METADATA_WRITE_ATTEMPTS - 1:
-                raise MetadataChanged(KEPT_CHANGING) from None
+
+    async def patched() -> Any:
+        return _apply_patch(await store.get_metadata(q), ops)
+
+    async def replace(meta: dict[str, Any], policy: QueuePolicy, version: int) -> None:
+        await store.set_metadata(q, metadata=meta, policy=policy, expected_version=version)
+
+    metadata, _ = await _write_checked(q, store, limits, patched, replace)
     return with_reserved_defaults(metadata, limits)
 
 
