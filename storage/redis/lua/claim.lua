@@ -1,5 +1,6 @@
 -- claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace, limit])
---   -> {due time lowered (0/1), n_dead_lettered, n_discarded, view1, view2, ...}   (no claim is stored when no view is returned)
+--   -> {due time lowered (0/1), n_dead_lettered, n_discarded, view1, view2, ...}
+--   (no claim is stored when no view is returned; the flag: lib.lua SWEEP)
 -- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
 -- (promise 5). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
 -- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are

@@ -1,5 +1,5 @@
--- create_queue(KEYS=queue keys, ARGV=[prefix, name, now, meta_json, dttl, ddelay, maxpost, maxcc, dlq, dlqttl,
---                                   expected_version])
+-- create_queue(KEYS=queue keys, ARGV=[prefix, name, now, meta_json, dttl, ddelay, maxpost, maxcc, dlq,
+--                                    dlqttl, expected_version])
 --   -> 1 created (metadata written) | 0 existed (metadata left as it is, as Zaqar does). Error CHARON_STALE
 --   (nothing created) when the project's metadata version is no longer expected_version.
 local K = keys_from(KEYS, ARGV[2])

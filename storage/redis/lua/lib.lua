@@ -153,16 +153,6 @@ local function view(prefix, name, id, now)
   return fields
 end
 
--- When the sweeper must next visit the queue: its earliest claim or message expiry, or nil for never.
-local function next_due(K)
-  local at
-  for _, index in ipairs({K.claimed, K.expiry}) do
-    local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
-    if #first == 2 and (at == nil or tonumber(first[2]) < at) then at = tonumber(first[2]) end
-  end
-  return at
-end
-
 -- Queue scripts take KEYS = queue, msgs, ready, delayed, claimed, expiry, queues, due (keys.py QueueKeys
 -- order) and ARGV = prefix, name, now, ... .
 local function keys_from(ks, name)
@@ -191,4 +181,3 @@ local function write_metadata(prefix, K, argv, first)
 end
 
 local STALE = 'CHARON_STALE The queue metadata of this project changed meanwhile; read it again.'
-

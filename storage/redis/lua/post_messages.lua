@@ -1,6 +1,7 @@
 -- post_messages(KEYS=queue keys, ARGV=[prefix, name, now, client_id, default_ttl, default_delay, body_size,
 --                                     id1, body1, ttl1, delay1, id2, ...])   ttl/delay -1 = queue default
---   -> {project's due time lowered (0/1), number posted}, or error CHARON_TOO_LARGE when body_size exceeds the queue's _max_messages_post_size.
+--   -> {project's due time lowered (0/1), number posted}, or error CHARON_TOO_LARGE when body_size
+--   exceeds the queue's _max_messages_post_size.
 -- Creates the queue lazily; all messages of one post get consecutive markers (FIFO for one client).
 local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local K = keys_from(KEYS, ARGV[2])

@@ -1,6 +1,7 @@
 -- release_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id])
---   -> {due time lowered (0/1), n_released, n_dead_lettered, n_discarded}. An unknown claim releases nothing (Zaqar); a lapsed one
---   whose messages housekeeping has not reached yet returns them just as housekeeping would.
+--   -> {due time lowered (0/1), n_released, n_dead_lettered, n_discarded}. An unknown claim releases
+--   nothing (Zaqar); a lapsed one whose messages housekeeping has not reached yet returns them just as
+--   housekeeping would.
 -- A message that has used up its claims moves to the DLQ here and now (promise 7).
 local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local K = keys_from(KEYS, ARGV[2])

@@ -1,6 +1,7 @@
 -- renew_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace])
---   -> {due time lowered (0/1), number of messages still held}. The claim now ends at now + ttl and its age starts again (Zaqar);
---   each message it holds lives at least until then plus grace. Error CHARON_NO_CLAIM as get_claim.
+--   -> {due time lowered (0/1), number of messages still held}. The claim now ends at now + ttl and its
+--   age starts again (Zaqar); each message it holds lives at least until then plus grace. Error
+--   CHARON_NO_CLAIM as get_claim.
 local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local ttl, grace = tonumber(ARGV[5]), tonumber(ARGV[6])
 local K = keys_from(KEYS, ARGV[2])

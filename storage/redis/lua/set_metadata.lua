@@ -1,5 +1,5 @@
--- set_metadata(KEYS=queue keys, ARGV=[prefix, name, now, meta_json, dttl, ddelay, maxpost, maxcc, dlq, dlqttl,
---                                   expected_version])
+-- set_metadata(KEYS=queue keys, ARGV=[prefix, name, now, meta_json, dttl, ddelay, maxpost, maxcc, dlq,
+--                                    dlqttl, expected_version])
 --   -> 1. Creates the queue when absent; replaces its metadata and policy fields in one step. Error
 --   CHARON_STALE (nothing written) when the project's metadata version is no longer expected_version.
 local K = keys_from(KEYS, ARGV[2])

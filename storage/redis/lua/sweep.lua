@@ -6,6 +6,17 @@
 -- expiry, or unscheduled. Each queue is one atomic step, so any number of sweepers (API processes) may
 -- run this at once: a message whose claim has already been ended is not in `claimed` any more, so no
 -- message is moved twice. housekeep() is bounded, so a queue with a backlog stays due and is visited again.
+
+-- When the sweeper must next visit the queue: its earliest claim or message expiry, or nil for never.
+local function next_due(K)
+  local at
+  for _, index in ipairs({K.claimed, K.expiry}) do
+    local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    if #first == 2 and (at == nil or tonumber(first[2]) < at) then at = tonumber(first[2]) end
+  end
+  return at
+end
+
 local prefix, now, max_queues = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local due = KEYS[1]
 local names = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, max_queues)
