@@ -6,16 +6,22 @@ from __future__ import annotations
 import asyncio
 
 from core.clock import ManualClock
-from core.models import QueueRef
+from core.models import Claim, MessageId, QueueRef
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_policy
 
 
-async def test_sweep_moves_a_message_when_its_last_claim_expires(store: Store, clock: ManualClock) -> None:
-    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
-    [mid] = await post(store, Q, "x")
-    held = await store.claim(Q, ttl=60, grace=0, limit=1)
+async def last_claim(store: Store, q: QueueRef = Q, dlq: str = DLQ.name) -> tuple[MessageId, Claim]:
+    """One message in `q` (1 claim at most, then `dlq`), claimed for 60 s: its last allowed delivery."""
+    await set_policy(store, q, max_claim_count=1, dead_letter_queue=dlq)
+    [mid] = await post(store, q, q.project)
+    held = await store.claim(q, ttl=60, grace=0, limit=1)
     assert held.claim is not None
+    return mid, held.claim
+
+
+async def test_sweep_moves_a_message_when_its_last_claim_expires(store: Store, clock: ManualClock) -> None:
+    mid, _ = await last_claim(store)
     clock.advance(61)
     await store.sweep()
     # Read the DLQ only: nothing but the sweep can have moved the message there.
@@ -27,22 +33,17 @@ async def test_sweep_moves_a_message_when_its_last_claim_expires(store: Store, c
 
 
 async def test_sweep_leaves_claims_that_have_not_expired(store: Store, clock: ManualClock) -> None:
-    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
-    [mid] = await post(store, Q, "x")
-    held = await store.claim(Q, ttl=60, grace=0, limit=1)
-    assert held.claim is not None
+    mid, claim = await last_claim(store)
     clock.advance(59)
     await store.sweep()
     assert await store.get_messages(DLQ, [mid]) == []
-    assert (await store.get_claim(Q, held.claim.id)).messages[0].id == mid
+    assert (await store.get_claim(Q, claim.id)).messages[0].id == mid
 
 
 async def test_sweep_reaches_every_project(store: Store, clock: ManualClock) -> None:
     queues = [QueueRef(f"tenant-{i}", "jobs") for i in range(3)]
     for q in queues:
-        await set_policy(store, q, max_claim_count=1, dead_letter_queue="jobs.dlq")
-        await post(store, q, q.project)
-        assert (await store.claim(q, ttl=60, grace=0, limit=1)).claim is not None
+        await last_claim(store, q, dlq="jobs.dlq")
     clock.advance(61)
     await store.sweep()
     for q in queues:
