@@ -15,12 +15,17 @@ class Settings(BaseSettings):
 
     storage_uri: str | None = Field(
         None,
-        description="redis://host:port/db, rediss://... or unix:///path.sock. Unset: an embedded "
-        "redis-server is started under data_dir and stopped with the service.",
+        description="redis://host:port/db, rediss://... or unix:///path.sock for Redis; "
+        "mongodb://host:port/db?replicaSet=rs0 or mongodb+srv://... for MongoDB (a replica set or sharded "
+        "cluster; the database defaults to `charon`). Unset: an embedded redis-server is started under "
+        "data_dir and stopped with the service.",
     )
     data_dir: Path = Field(Path("./data"), description="Where the embedded redis-server keeps its AOF files.")
     redis_server: str = Field("redis-server", description="The redis-server binary the embedded store runs.")
-    namespace: str = Field("charon", description="Prefix of every storage key (several services, one store).")
+    namespace: str = Field(
+        "charon",
+        description="Prefix of every Redis key and MongoDB collection name (several services, one store).",
+    )
     host: str = Field("127.0.0.1", description="Address `charon serve` binds.")
     port: int = Field(8888, description="Port `charon serve` binds.")
     workers: int = Field(1, description="Worker processes of `charon serve` (about one per core).")

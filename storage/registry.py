@@ -9,6 +9,7 @@ from core.errors import InvalidInput
 from storage.base import Store
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+MONGODB_SCHEMES = ("mongodb", "mongodb+srv")
 
 
 def open_store(uri: str, *, namespace: str = "charon", clock: Clock | None = None) -> Store:
@@ -17,4 +18,10 @@ def open_store(uri: str, *, namespace: str = "charon", clock: Clock | None = Non
         from storage.redis.store import RedisStore
 
         return RedisStore.from_url(uri, namespace=namespace, clock=clock)
-    raise InvalidInput(f"Unsupported storage URI scheme {scheme!r}; use one of {', '.join(REDIS_SCHEMES)}.")
+    if scheme in MONGODB_SCHEMES:
+        from storage.mongodb.store import MongoStore
+
+        return MongoStore.from_url(uri, namespace=namespace, clock=clock)
+    raise InvalidInput(
+        f"Unsupported storage URI scheme {scheme!r}; use one of {', '.join(REDIS_SCHEMES + MONGODB_SCHEMES)}."
+    )

@@ -1,0 +1,2 @@
+"""The MongoDB driver (PyMongo's AsyncMongoClient): document layout in schema.py, the hot queries in
+queries.py, dead-letter moves in moves.py."""

@@ -1,0 +1,69 @@
+"""The hot queries, each shaped for one index (schema.py) and hinted to it; tests explain() these very cursors
+to check that none of them scans the collection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo.asynchronous.cursor import AsyncCursor
+
+from core.models import ClaimId, QueueRef
+from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, MARKER_INDEX, Collections
+
+Doc = dict[str, Any]
+# The fields a dead-letter move reads from the message it moves (the claim fields let a caller guard on them).
+MOVE_FIELDS = {"cc": 1, "cr": 1, "e": 1, "dl": 1, "c": 1, "ce": 1}
+
+
+def claimable(q: QueueRef, now: int) -> Doc:
+    """Messages of `q` a claim may take now: not delayed, not under a live claim, not expired."""
+    return {"p": q.project, "q": q.name, "vis": {"$lte": now}, "e": {"$gt": now}}
+
+
+def not_claimed(now: int) -> Doc:
+    return {"$not": {"$gt": now}}  # no claim end, or one that has passed
+
+
+def claim_candidates(c: Collections, q: QueueRef, now: int, n: int) -> AsyncCursor[Doc]:
+    """The `n` oldest claimable messages of `q` (claim): the index keeps them in marker order and checks `vis`
+    in its keys, so messages under a claim are skipped without being fetched."""
+    return c.messages.find(claimable(q, now), MOVE_FIELDS).sort("k", 1).hint(CLAIMABLE_INDEX).limit(n)
+
+
+def listing(
+    c: Collections,
+    q: QueueRef,
+    *,
+    now: int,
+    marker: int,
+    limit: int,
+    echo: bool,
+    client_id: str,
+    include_claimed: bool,
+    include_delayed: bool,
+) -> AsyncCursor[Doc]:
+    """Up to `limit` live messages of `q` after `marker`, in marker order, without the ones the flags hide."""
+    query: Doc = {"p": q.project, "q": q.name, "k": {"$gt": marker}, "e": {"$gt": now}}
+    if not include_claimed:
+        query["ce"] = not_claimed(now)
+    if not include_delayed:
+        query["av"] = {"$lte": now}
+    if not echo:
+        query["cl"] = {"$ne": client_id}
+    return c.messages.find(query).sort("k", 1).hint(MARKER_INDEX).limit(limit)
+
+
+def held_by(
+    c: Collections, q: QueueRef, claim_id: ClaimId, now: int, extra: Doc | None = None
+) -> AsyncCursor[Doc]:
+    """The live messages of `q` that claim `claim_id` holds, in marker order."""
+    query = {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}, **(extra or {})}
+    return c.messages.find(query).sort("k", 1).hint(CLAIM_INDEX)
+
+
+def lapsed(c: Collections, now: int, q: QueueRef | None = None, limit: int = 0) -> AsyncCursor[Doc]:
+    """Messages whose claim has ended but not been cleared yet (of `q`, or of every queue: the sweeper)."""
+    query: Doc = {"ce": {"$lte": now}}
+    if q is not None:
+        query.update(p=q.project, q=q.name)
+    return c.messages.find(query, {**MOVE_FIELDS, "p": 1, "q": 1}).hint(LAPSED_INDEX).limit(limit)

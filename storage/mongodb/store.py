@@ -1,0 +1,596 @@
+"""MongoStore: the Store protocol on MongoDB, through PyMongo's async API (AsyncMongoClient).
+
+Layout and indexes: schema.py. Each operation is atomic where ARCHITECTURE.md §3 needs it:
+- a claim sets the claim and increments the claim count in one update per message, conditioned on the
+  message still being claimable, so no message is ever held by two live claims (promise 5);
+- a dead-letter move is one update_one of the message (moves.py, promise 1);
+- a post allocates its markers and inserts its messages in one transaction, so markers become visible in
+  order and a reader paging by marker never skips a message.
+Transactions need a replica set (one node is enough) or a sharded cluster; a standalone mongod is refused
+with a clear error at first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import orjson
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.asynchronous.mongo_client import AsyncMongoClient
+from pymongo.errors import ConnectionFailure, DuplicateKeyError
+
+from core.clock import Clock, SystemClock
+from core.errors import ClaimMismatch, ClaimNotFound, MetadataChanged, PayloadTooLarge, StorageUnavailable
+from core.metadata import QueuePolicy
+from core.models import (
+    Claim,
+    ClaimId,
+    ClaimResult,
+    Message,
+    MessageId,
+    MessageStamp,
+    NewMessage,
+    Page,
+    QueueInfo,
+    QueueRef,
+    QueueStats,
+)
+from storage.mongodb.moves import dead_letter, housekeep, in_transaction, take_markers
+from storage.mongodb.queries import Doc, claim_candidates, claimable, held_by, lapsed, listing, not_claimed
+from storage.mongodb.schema import (
+    CLAIMABLE_INDEX,
+    EXPIRY_INDEX,
+    MARKER_INDEX,
+    QUEUE_INDEX,
+    Collections,
+    exhausted,
+    gc_at,
+    message_of,
+    policy_doc,
+    policy_of,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
+SWEEP_BATCH = 500  # lapsed claims one sweep round looks at
+SWEEP_ROUNDS = 20
+SERVER_SELECTION_TIMEOUT_MS = 5000  # unless the URI says otherwise: fail fast with 503, not after 30 s
+STALE = "The queue metadata of this project changed meanwhile; read it again."
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _op(
+    method: Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, R]]:
+    """Wraps every public operation: indexes made before the first query, connection errors mapped to
+    StorageUnavailable."""
+
+    async def wrapper(self: MongoStore, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            await self._ready()
+            return await method(self, *args, **kwargs)
+        except ConnectionFailure as exc:
+            raise StorageUnavailable(f"MongoDB is not reachable ({exc}).") from None
+
+    return functools.wraps(method)(wrapper)  # type: ignore[return-value]  # wraps() loses the ParamSpec
+
+
+class MongoStore:
+    def __init__(
+        self,
+        client: AsyncMongoClient[Doc],
+        *,
+        database: str = "charon",
+        namespace: str = "charon",
+        clock: Clock | None = None,
+    ):
+        self._client = client
+        self._c = Collections.of(client[database], namespace)
+        self._clock = clock or SystemClock()
+        self._indexed = False
+        self._ready_lock = asyncio.Lock()
+        self._lease_token = new_id()
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> MongoStore:
+        """The database is the URI's (mongodb://host/<db>), else "charon"; collections are `<namespace>.*`."""
+        options: dict[str, Any] = {}
+        if "serverselectiontimeoutms" not in url.lower():
+            options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+        client: AsyncMongoClient[Doc] = AsyncMongoClient(url, **options)
+        database = client.get_default_database(default="charon").name
+        return cls(client, database=database, namespace=namespace, clock=clock)
+
+    @property
+    def collections(self) -> Collections:
+        return self._c
+
+    async def _ready(self) -> None:
+        if self._indexed:
+            return
+        async with self._ready_lock:
+            if self._indexed:
+                return
+            hello = await self._client.admin.command("hello")
+            if not hello.get("setName") and hello.get("msg") != "isdbgrid":
+                raise StorageUnavailable(
+                    "MongoDB is a standalone server; Charon needs a replica set (one node is enough: start "
+                    "mongod with --replSet rs0 and run rs.initiate()) or a sharded cluster, for transactions."
+                )
+            await self._c.ensure_indexes()
+            self._indexed = True
+
+    def _now(self) -> int:
+        return self._clock.now_ms()
+
+    async def _policy(self, q: QueueRef, session: AsyncClientSession | None = None) -> QueuePolicy:
+        return policy_of(
+            await self._c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1}, session=session)
+        )
+
+    # -- queues -------------------------------------------------------------------------------------------
+
+    async def _bump_version(self, project: str, expected: int | None, s: AsyncClientSession) -> None:
+        """Bump the project's metadata version, in the caller's transaction; MetadataChanged when it is
+        no longer `expected` (None: bump regardless)."""
+        projects = self._c.projects
+        if expected is None:
+            await projects.update_one({"_id": project}, {"$inc": {"mver": 1}}, upsert=True, session=s)
+            return
+        try:
+            # Version 0 is "no document yet": the upsert creates it, and fails if it exists with another.
+            r = await projects.update_one(
+                {"_id": project, "mver": expected}, {"$inc": {"mver": 1}}, upsert=expected == 0, session=s
+            )
+        except DuplicateKeyError:
+            raise MetadataChanged(STALE) from None
+        if r.matched_count == 0 and r.upserted_id is None:
+            raise MetadataChanged(STALE)
+
+    async def _write_metadata(
+        self,
+        q: QueueRef,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None,
+        s: AsyncClientSession,
+    ) -> None:
+        await self._bump_version(q.project, expected_version, s)
+        await self._c.queues.update_one(
+            {"p": q.project, "n": q.name},
+            {
+                "$set": {
+                    "live": True,
+                    "meta": orjson.dumps(dict(metadata)).decode(),
+                    "pol": policy_doc(policy),
+                },
+                "$setOnInsert": {"cr": self._now()},
+            },
+            upsert=True,
+            session=s,
+        )
+
+    @_op
+    async def create_queue(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> bool:
+        async def create(s: AsyncClientSession) -> bool:
+            if await self._c.queues.find_one(
+                {"p": q.project, "n": q.name, "live": True}, {"_id": 1}, session=s
+            ):
+                return False  # an existing queue keeps its metadata, as in Zaqar
+            await self._write_metadata(q, metadata, policy, expected_version, s)
+            return True
+
+        return await in_transaction(self._client, create)
+
+    @_op
+    async def metadata_version(self, project: str) -> int:
+        doc = await self._c.projects.find_one({"_id": project})
+        return int(doc["mver"]) if doc else 0
+
+    @_op
+    async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
+        doc = await self._c.queues.find_one({"p": q.project, "n": q.name, "live": True}, {"meta": 1})
+        return dict(orjson.loads(doc["meta"])) if doc else {}
+
+    @_op
+    async def set_metadata(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> None:
+        async def write(s: AsyncClientSession) -> None:
+            await self._write_metadata(q, metadata, policy, expected_version, s)
+
+        await in_transaction(self._client, write)
+
+    @_op
+    async def list_queues(
+        self, project: str, *, marker: str | None, limit: int, detailed: bool
+    ) -> Page[QueueInfo]:
+        query: dict[str, Any] = {"p": project, "live": True}
+        if marker:
+            query["n"] = {"$gt": marker}
+        docs = (
+            await self._c.queues.find(query, {"n": 1, "meta": 1})
+            .sort("n", 1)
+            .hint(QUEUE_INDEX)
+            .limit(limit)
+            .to_list()
+        )
+        infos = [
+            QueueInfo(name=d["n"], metadata=dict(orjson.loads(d["meta"])) if detailed else None) for d in docs
+        ]
+        return Page(items=infos, next_marker=infos[-1].name if infos else None)
+
+    async def _drop_messages(self, q: QueueRef, queue_doc: Doc | None) -> None:
+        # Only the messages posted before the drop: a post or move that lands meanwhile got a later marker
+        # and is kept (the queue is live again), so no acknowledged post is lost to a concurrent delete.
+        if queue_doc is not None:
+            await self._c.messages.delete_many(
+                {"p": q.project, "q": q.name, "k": {"$lte": queue_doc.get("seq", 0)}}
+            )
+
+    @_op
+    async def delete_queue(self, q: QueueRef) -> None:
+        # The document stays (live: False) with its marker counter, so a queue created again under the same
+        # name never reuses a marker of a message that is still being deleted.
+        doc = await self._c.queues.find_one_and_update(
+            {"p": q.project, "n": q.name},
+            {"$set": {"live": False, "meta": "{}", "pol": {}, "n_dl": 0, "n_disc": 0, "n_rcv": 0}},
+            projection={"seq": 1},
+        )
+        await self._drop_messages(q, doc)
+
+    @_op
+    async def purge(self, q: QueueRef) -> None:
+        await self._drop_messages(q, await self._c.queues.find_one({"p": q.project, "n": q.name}, {"seq": 1}))
+
+    @_op
+    async def stats(self, q: QueueRef) -> QueueStats:
+        now = self._now()
+        queue = await self._c.queues.find_one({"p": q.project, "n": q.name})
+        await housekeep(self._client, self._c, q, now, policy_of(queue))
+        live = {"p": q.project, "q": q.name, "e": {"$gt": now}}
+        messages = self._c.messages
+        total = await messages.count_documents(live, hint=MARKER_INDEX)
+        claimed = await messages.count_documents({**live, "ce": {"$gt": now}}, hint=MARKER_INDEX)
+        delayed = await messages.count_documents({**live, "av": {"$gt": now}}, hint=MARKER_INDEX)
+        ends = []
+        for direction in (1, -1):
+            doc = await messages.find_one(live, {"cr": 1}, sort=[("k", direction)], hint=MARKER_INDEX)
+            ends.append(MessageStamp(MessageId(doc["_id"]), doc["cr"]) if doc else None)
+        counters = queue or {}
+        return QueueStats(
+            free=total - claimed,
+            claimed=claimed,
+            total=total,
+            delayed=delayed,
+            oldest=ends[0],
+            newest=ends[1],
+            dead_lettered=counters.get("n_dl", 0),
+            discarded=counters.get("n_disc", 0),
+            dead_letters_received=counters.get("n_rcv", 0),
+        )
+
+    # -- messages -----------------------------------------------------------------------------------------
+
+    @_op
+    async def post_messages(
+        self,
+        q: QueueRef,
+        messages: Sequence[NewMessage],
+        *,
+        client_id: str,
+        default_ttl: int,
+        default_delay: int,
+        body_size: int,
+    ) -> list[MessageId]:
+        now = self._now()
+        ids = [MessageId(new_id()) for _ in messages]
+        bodies = [orjson.dumps(m.body) for m in messages]
+
+        async def post(s: AsyncClientSession) -> None:
+            first, policy = await take_markers(self._c, q, len(messages), now=now, session=s)
+            maxpost = policy.max_messages_post_size
+            if maxpost is not None and body_size > maxpost:
+                raise PayloadTooLarge(
+                    f"The body is {body_size} bytes; this queue takes at most {maxpost} bytes a post "
+                    "(_max_messages_post_size)."
+                )
+            ttl_default = policy.default_message_ttl or default_ttl
+            delay_default = (
+                default_delay if policy.default_message_delay is None else policy.default_message_delay
+            )
+            docs = []
+            for i, (mid, m, body) in enumerate(zip(ids, messages, bodies, strict=True)):
+                ttl = ttl_default if m.ttl is None else m.ttl
+                av = now + (delay_default if m.delay is None else m.delay) * 1000
+                e = now + ttl * 1000
+                docs.append(
+                    {
+                        "_id": mid,
+                        "p": q.project,
+                        "q": q.name,
+                        "k": first + i,
+                        "b": body,
+                        "t": ttl,
+                        "cr": now,
+                        "e": e,
+                        "cl": client_id,
+                        "cc": 0,
+                        "av": av,
+                        "vis": av,
+                        "gc": gc_at(e),
+                    }
+                )
+            await self._c.messages.insert_many(docs, session=s)
+
+        await in_transaction(self._client, post)
+        return ids
+
+    @_op
+    async def list_messages(
+        self,
+        q: QueueRef,
+        *,
+        marker: int | None,
+        limit: int,
+        echo: bool,
+        client_id: str,
+        include_claimed: bool,
+        include_delayed: bool,
+    ) -> Page[Message]:
+        now = self._now()
+        docs = await listing(
+            self._c,
+            q,
+            now=now,
+            marker=marker or 0,
+            limit=limit,
+            echo=echo,
+            client_id=client_id,
+            include_claimed=include_claimed,
+            include_delayed=include_delayed,
+        ).to_list()
+        # As on Redis: a full page links to the next when any message follows, hidden ones included.
+        if len(docs) < limit:
+            return Page(items=[message_of(d) for d in docs], next_marker=None)
+        last = docs[-1]["k"]
+        after = await self._c.messages.find_one(
+            {"p": q.project, "q": q.name, "k": {"$gt": last}}, {"_id": 1}, hint=MARKER_INDEX
+        )
+        return Page(items=[message_of(d) for d in docs], next_marker=str(last) if after else None)
+
+    @_op
+    async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
+        now = self._now()
+        docs = await self._c.messages.find(
+            {"_id": {"$in": list(ids)}, "p": q.project, "q": q.name, "e": {"$gt": now}}
+        ).to_list()
+        by_id = {d["_id"]: d for d in docs}
+        return [message_of(by_id[i]) for i in ids if i in by_id]
+
+    @_op
+    async def delete_message(self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId | None) -> None:
+        now = self._now()
+        this = {"_id": message_id, "p": q.project, "q": q.name, "e": {"$gt": now}}
+        if claim_id is None:
+            held: dict[str, Any] = {"ce": not_claimed(now)}
+        else:
+            held = {"c": claim_id, "ce": {"$gt": now}}
+        if (await self._c.messages.delete_one({**this, **held})).deleted_count:
+            return
+        if await self._c.messages.find_one(this, {"_id": 1}) is None:
+            return  # no such live message: deleting is idempotent, as in Zaqar
+        if claim_id is None:
+            raise ClaimMismatch(
+                f"Message {message_id} is claimed; delete it with the claim_id of the claim that holds it."
+            )
+        raise ClaimMismatch(
+            f"Claim {claim_id} does not hold message {message_id} (the claim has expired or another claim "
+            "holds the message)."
+        )
+
+    @_op
+    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
+        await self._c.messages.delete_many({"_id": {"$in": list(ids)}, "p": q.project, "q": q.name})
+
+    @_op
+    async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
+        now = self._now()
+        await housekeep(self._client, self._c, q, now)
+        out: list[Message] = []
+        while len(out) < limit:
+            doc = await self._c.messages.find_one_and_delete(
+                claimable(q, now),
+                sort=[("k", 1)],
+                hint=CLAIMABLE_INDEX,
+            )
+            if doc is None:
+                break
+            out.append(message_of(doc))
+        return out
+
+    # -- claims -------------------------------------------------------------------------------------------
+
+    @_op
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+        """Oldest claimable first. Each round reads up to the number still wanted; the exhausted ones are
+        moved (or discarded), the others claimed by one update_many that re-checks claimability per message,
+        so a message another claimer took meanwhile is skipped and the next round fills the claim up
+        (promise 4)."""
+        now = self._now()
+        claim_id = ClaimId(new_id())
+        ce = now + ttl * 1000
+        keep = ce + grace * 1000
+        policy = await self._policy(q)
+        fresh_guard = claimable(q, now)
+        if policy.max_claim_count is not None:
+            fresh_guard["cc"] = {"$lt": policy.max_claim_count}
+        got = moved = discarded = 0
+        for _ in range(CLAIM_ROUNDS):
+            candidates = await claim_candidates(self._c, q, now, limit - got).to_list()
+            if not candidates:
+                break
+            spent = [
+                (d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if exhausted(policy, d["cc"])
+            ]
+            m, d = await dead_letter(self._client, self._c, q, policy, spent, now=now, reason="max_claims")
+            moved, discarded = moved + m, discarded + d
+            fresh = [d["_id"] for d in candidates if not exhausted(policy, d["cc"])]
+            if fresh:
+                r = await self._c.messages.update_many(
+                    {"_id": {"$in": fresh}, **fresh_guard},
+                    {
+                        "$set": {"c": claim_id, "ce": ce, "vis": ce},
+                        "$inc": {"cc": 1},
+                        # Zaqar's grace rule: a claimed message lives at least until the claim ends plus grace
+                        "$max": {"e": keep, "gc": gc_at(keep)},
+                    },
+                )
+                got += r.modified_count
+            if got >= limit:
+                break
+        if got == 0:
+            return ClaimResult(claim=None, dead_lettered=moved, discarded=discarded)
+        await self._c.claims.insert_one(
+            {
+                "_id": claim_id,
+                "p": q.project,
+                "q": q.name,
+                "ttl": ttl,
+                "grace": grace,
+                "cr": now,
+                "e": ce,
+                "gc": gc_at(keep),
+            }
+        )
+        claim = Claim(
+            id=claim_id,
+            queue=q.name,
+            ttl=ttl,
+            grace=grace,
+            created_ms=now,
+            expires_ms=ce,
+            messages=await self._held(q, claim_id, now),
+        )
+        return ClaimResult(claim=claim, dead_lettered=moved, discarded=discarded)
+
+    async def _held(self, q: QueueRef, claim_id: ClaimId, now: int) -> list[Message]:
+        return [message_of(d) for d in await held_by(self._c, q, claim_id, now).to_list()]
+
+    @_op
+    async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
+        now = self._now()
+        doc = await self._c.claims.find_one({"_id": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}})
+        if doc is None:
+            raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        return Claim(
+            id=claim_id,
+            queue=q.name,
+            ttl=doc["ttl"],
+            grace=doc["grace"],
+            created_ms=doc["cr"],
+            expires_ms=doc["e"],
+            messages=await self._held(q, claim_id, now),
+        )
+
+    @_op
+    async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
+        now = self._now()
+        ce = now + ttl * 1000
+        keep = ce + grace * 1000
+        doc = await self._c.claims.find_one_and_update(
+            {"_id": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
+            {"$set": {"ttl": ttl, "grace": grace, "cr": now, "e": ce, "gc": gc_at(keep)}},
+        )
+        if doc is None:
+            raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        await self._c.messages.update_many(
+            {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
+            {"$set": {"ce": ce, "vis": ce}, "$max": {"e": keep, "gc": gc_at(keep)}},
+        )
+
+    @_op
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
+        """The claim's exhausted messages move to the DLQ now (promise 7); the rest are claimable at once."""
+        now = self._now()
+        policy = await self._policy(q)
+        if policy.max_claim_count is not None:
+            spent = await held_by(
+                self._c, q, claim_id, now, {"cc": {"$gte": policy.max_claim_count}}
+            ).to_list()
+            moves = [(d, {"c": claim_id, "cc": d["cc"]}) for d in spent]
+            await dead_letter(self._client, self._c, q, policy, moves, now=now, reason="max_claims")
+        await self._c.messages.update_many(
+            {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
+            {"$unset": {"c": "", "ce": ""}, "$set": {"vis": now}},
+        )
+        await self._c.claims.delete_one({"_id": claim_id, "p": q.project, "q": q.name})
+
+    # -- sweeper ------------------------------------------------------------------------------------------
+
+    @_op
+    async def sweep(self, *, lease_ms: int = 0) -> int | None:
+        """End every lapsed claim (moving exhausted messages to their DLQ) and delete expired messages, in
+        every project. Both are found through an index of their own (lapsed claims, expiry), so the work is
+        O(what is due), however many queues exist. With `lease_ms`, only the holder of the namespace's lease
+        works a period (else None). Returns the number of queues visited."""
+        now = self._now()
+        if lease_ms > 0 and not await self._take_lease("sweeper", now, lease_ms):
+            return None
+        visited: set[tuple[str, str]] = set()
+        for _ in range(SWEEP_ROUNDS):
+            ended = await lapsed(self._c, now, limit=SWEEP_BATCH).to_list()
+            due = {(d["p"], d["q"]) for d in ended}
+            for project, name in sorted(due):
+                await housekeep(self._client, self._c, QueueRef(project, name), now)
+            visited |= due
+            if len(ended) < SWEEP_BATCH:
+                break
+        await self._c.messages.delete_many({"e": {"$lte": now}}, hint=EXPIRY_INDEX)
+        return len(visited)
+
+    async def _take_lease(self, name: str, now: int, lease_ms: int) -> bool:
+        try:
+            await self._c.leases.update_one(
+                {"_id": name, "until": {"$lte": now}},
+                {"$set": {"until": now + lease_ms, "owner": self._lease_token}},
+                upsert=True,
+            )
+        except DuplicateKeyError:
+            return False  # the document exists and its lease has not ended: someone else holds it
+        return True
+
+    # -- service ------------------------------------------------------------------------------------------
+
+    @_op
+    async def ping(self) -> None:
+        await self._client.admin.command("ping")
+
+    @_op
+    async def drop_collections(self) -> None:
+        """Drop every collection of this namespace (tests; decommissioning a namespace)."""
+        await self._c.drop()
+
+    async def aclose(self) -> None:
+        await self._client.close()
