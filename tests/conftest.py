@@ -1,7 +1,10 @@
-"""Fixtures: a real redis-server per session, a fresh key namespace and a manual clock per test.
+"""Fixtures: a real redis-server and a real MongoDB wire-protocol server per session, a fresh namespace and a
+manual clock per test.
 
 `store` is parametrised over every driver, so every contract and API test runs on each of them.
-Set CHARON_TEST_REDIS_URL to use a Redis you run instead of starting one.
+Set CHARON_TEST_REDIS_URL to use a Redis you run instead of starting one, and MONGODB_URI to use a real
+mongod (a replica set; one node is enough) instead of the SecantusDB server the session starts. On a mongod
+the tests use a database `charon_test_<random>`, dropped at the end.
 """
 
 from __future__ import annotations
@@ -9,16 +12,19 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import pymongo
 import pytest
 
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from storage.base import Store
+from storage.mongodb.store import MongoStore
 from storage.redis.store import RedisStore
-from tests.servers import RedisServer
+from tests.servers import MongoServer, RedisServer
 
 PROJECT = "project-a"
 CLIENT_ID = "3381af92-2b9e-11e3-b191-71861300734c"
@@ -35,6 +41,25 @@ def redis_url() -> Iterator[str]:
     server.stop()
 
 
+def with_database(uri: str, database: str) -> str:
+    parts = urlsplit(uri)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture(scope="session")
+def mongodb_uri() -> Iterator[str]:
+    external = os.environ.get("MONGODB_URI")
+    server = None if external else MongoServer().start()
+    base = external or server.url  # type: ignore[union-attr]
+    database = f"charon_test_{uuid.uuid4().hex[:8]}"
+    yield with_database(base, database)
+    if server is not None:
+        server.stop()
+        return
+    with pymongo.MongoClient(base) as client:
+        client.drop_database(database)
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -47,10 +72,27 @@ async def redis_store(redis_url: str, clock: ManualClock) -> AsyncIterator[Redis
     await store.aclose()
 
 
-@pytest.fixture(params=[pytest.param("redis_store", id="redis")])
+@pytest.fixture
+async def mongo_store(mongodb_uri: str, clock: ManualClock) -> AsyncIterator[MongoStore]:
+    store = MongoStore.from_url(mongodb_uri, namespace=f"t{uuid.uuid4().hex[:12]}", clock=clock)
+    yield store
+    await store.drop_collections()
+    await store.aclose()
+
+
+@pytest.fixture(params=[pytest.param("redis_store", id="redis"), pytest.param("mongo_store", id="mongo")])
 def store(request: pytest.FixtureRequest) -> Store:
     driver: Store = request.getfixturevalue(request.param)
     return driver
+
+
+@pytest.fixture
+def scale(store: Store) -> float:
+    """The share of a load test's full size to run: SecantusDB is a Python server, two orders of magnitude
+    slower than mongod under contention, so load tests on it run at a tenth (in full on a real mongod)."""
+    if isinstance(store, MongoStore) and not os.environ.get("MONGODB_URI"):
+        return 0.1
+    return 1.0
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Real servers for the tests: a private redis-server on a free loopback port, and a live Charon process."""
+"""Real servers for the tests: a private redis-server and a MongoDB wire-protocol server (SecantusDB) on free
+loopback ports, and a live Charon process."""
 
 from __future__ import annotations
 
@@ -50,6 +51,39 @@ class RedisServer:
             except redis.exceptions.ConnectionError:
                 time.sleep(0.05)
         raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+class MongoServer:
+    """SecantusDB (tests/secantus_launch.py) on 127.0.0.1:<free port>: in memory, a one-node replica set."""
+
+    def __init__(self, *, standalone: bool = False) -> None:
+        self.port = free_port()
+        self.standalone = standalone
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}/"
+
+    def start(self) -> MongoServer:
+        args = [sys.executable, "-m", "tests.secantus_launch", "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            [*args, "--standalone"] if self.standalone else args, stdout=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the MongoDB test server (SecantusDB) exited at start")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError("the MongoDB test server (SecantusDB) did not start")
 
     def stop(self) -> None:
         if self.proc is not None:

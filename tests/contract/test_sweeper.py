@@ -51,20 +51,23 @@ async def test_sweep_reaches_every_project(store: Store, clock: ManualClock) -> 
         assert (stats.total, stats.dead_letters_received) == (1, 1)
 
 
-async def test_concurrent_sweeps_move_each_message_exactly_once(store: Store, clock: ManualClock) -> None:
+async def test_concurrent_sweeps_move_each_message_exactly_once(
+    store: Store, clock: ManualClock, scale: float
+) -> None:
     sources = [QueueRef(Q.project, f"src-{i}") for i in range(4)]
+    claims = max(1, round(5 * scale))
     for q in sources:
         await set_policy(store, q, max_claim_count=1, dead_letter_queue=DLQ.name)
-        for _ in range(5):
+        for _ in range(claims):
             await post(store, q, *range(20))
             assert (await store.claim(q, ttl=60, grace=0, limit=20)).claim is not None
     clock.advance(61)
     await asyncio.gather(*(store.sweep() for _ in range(16)))
     dlq = await store.stats(DLQ)
-    assert (dlq.total, dlq.dead_letters_received) == (400, 400)
+    assert (dlq.total, dlq.dead_letters_received) == (80 * claims, 80 * claims)
     for q in sources:
         stats = await store.stats(q)
-        assert (stats.total, stats.dead_lettered) == (0, 100)
+        assert (stats.total, stats.dead_lettered) == (0, 20 * claims)
 
 
 async def test_sweep_lease_lets_one_caller_work_a_period(store: Store, clock: ManualClock) -> None:
