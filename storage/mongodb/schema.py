@@ -9,9 +9,10 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             c / ce (claim id / claim end ms; absent when no claim holds the message),
             dl {src, rsn, cc, at, first} (provenance, set by a dead-letter move), gc (Date: e + slack, the TTL
             index's backstop should no sweeper run; the sweeper deletes expired messages well before it)
-  queues    p, n (name), live (False once deleted: the document is kept so markers never restart), meta
-            (JSON text, so any key is allowed), pol {dttl ddelay maxpost maxcc dlq dlqttl} (the reserved keys
-            parsed), seq (the marker counter), cr, counters n_dl (dead-lettered out), n_disc, n_rcv (received)
+  queues    p, n (name), meta (JSON text, so any key is allowed), pol {dttl ddelay maxpost maxcc dlq dlqttl}
+            (the reserved keys parsed), cr. Written by metadata writes (in transactions) and lazy creation.
+  counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_disc, n_rcv (received).
+            Written by posts and moves, never in a transaction (counters.py says why).
   claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends)
   projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
   leases    _id (lease name), owner, until (ms)
@@ -50,6 +51,7 @@ QUEUE_INDEX = "queue"  # (p, n) unique on queues
 class Collections:
     messages: AsyncCollection[dict[str, Any]]
     queues: AsyncCollection[dict[str, Any]]
+    counters: AsyncCollection[dict[str, Any]]
     claims: AsyncCollection[dict[str, Any]]
     projects: AsyncCollection[dict[str, Any]]
     leases: AsyncCollection[dict[str, Any]]
@@ -59,6 +61,7 @@ class Collections:
         return cls(
             messages=db[f"{namespace}.messages"],
             queues=db[f"{namespace}.queues"],
+            counters=db[f"{namespace}.counters"],
             claims=db[f"{namespace}.claims"],
             projects=db[f"{namespace}.projects"],
             leases=db[f"{namespace}.leases"],
@@ -81,7 +84,14 @@ class Collections:
         await self.claims.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
 
     async def drop(self) -> None:
-        for collection in (self.messages, self.queues, self.claims, self.projects, self.leases):
+        for collection in (
+            self.messages,
+            self.queues,
+            self.counters,
+            self.claims,
+            self.projects,
+            self.leases,
+        ):
             await collection.drop()
 
 

@@ -4,10 +4,11 @@ Layout and indexes: schema.py. Each operation is atomic where ARCHITECTURE.md §
 - a claim sets the claim and increments the claim count in one update per message, conditioned on the
   message still being claimable, so no message is ever held by two live claims (promise 5);
 - a dead-letter move is one update_one of the message (moves.py, promise 1);
-- a post allocates its markers and inserts its messages in one transaction, so markers become visible in
-  order and a reader paging by marker never skips a message.
-Transactions need a replica set (one node is enough) or a sharded cluster; a standalone mongod is refused
-with a clear error at first use.
+- markers are handed out so that they become visible in order (counters.py), without the transactions that
+  a crashed process would leave holding locks.
+Only metadata writes, which compare-and-set the project's metadata version, use a transaction. Transactions
+need a replica set (one node is enough) or a sharded cluster; a standalone mongod is refused with a clear
+error at first use.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from core.models import (
     QueueRef,
     QueueStats,
 )
-from storage.mongodb.moves import dead_letter, housekeep, in_transaction, take_markers
+from storage.mongodb.counters import counter_key, ensure_queue, insert_in_order
+from storage.mongodb.moves import dead_letter, housekeep
 from storage.mongodb.queries import Doc, claim_candidates, claimable, held_by, lapsed, listing, not_claimed
 from storage.mongodb.schema import (
     CLAIMABLE_INDEX,
@@ -129,6 +131,11 @@ class MongoStore:
             await self._c.ensure_indexes()
             self._indexed = True
 
+    async def _transaction(self, fn: Callable[[AsyncClientSession], Coroutine[Any, Any, R]]) -> R:
+        """Run `fn` in a transaction, retried by the driver on transient errors (write conflicts)."""
+        async with self._client.start_session() as session:
+            return await session.with_transaction(fn)
+
     def _now(self) -> int:
         return self._clock.now_ms()
 
@@ -168,11 +175,7 @@ class MongoStore:
         await self._c.queues.update_one(
             {"p": q.project, "n": q.name},
             {
-                "$set": {
-                    "live": True,
-                    "meta": orjson.dumps(dict(metadata)).decode(),
-                    "pol": policy_doc(policy),
-                },
+                "$set": {"meta": orjson.dumps(dict(metadata)).decode(), "pol": policy_doc(policy)},
                 "$setOnInsert": {"cr": self._now()},
             },
             upsert=True,
@@ -189,14 +192,12 @@ class MongoStore:
         expected_version: int | None = None,
     ) -> bool:
         async def create(s: AsyncClientSession) -> bool:
-            if await self._c.queues.find_one(
-                {"p": q.project, "n": q.name, "live": True}, {"_id": 1}, session=s
-            ):
+            if await self._c.queues.find_one({"p": q.project, "n": q.name}, {"_id": 1}, session=s):
                 return False  # an existing queue keeps its metadata, as in Zaqar
             await self._write_metadata(q, metadata, policy, expected_version, s)
             return True
 
-        return await in_transaction(self._client, create)
+        return await self._transaction(create)
 
     @_op
     async def metadata_version(self, project: str) -> int:
@@ -205,7 +206,7 @@ class MongoStore:
 
     @_op
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
-        doc = await self._c.queues.find_one({"p": q.project, "n": q.name, "live": True}, {"meta": 1})
+        doc = await self._c.queues.find_one({"p": q.project, "n": q.name}, {"meta": 1})
         return dict(orjson.loads(doc["meta"])) if doc else {}
 
     @_op
@@ -220,13 +221,13 @@ class MongoStore:
         async def write(s: AsyncClientSession) -> None:
             await self._write_metadata(q, metadata, policy, expected_version, s)
 
-        await in_transaction(self._client, write)
+        await self._transaction(write)
 
     @_op
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool
     ) -> Page[QueueInfo]:
-        query: dict[str, Any] = {"p": project, "live": True}
+        query: dict[str, Any] = {"p": project}
         if marker:
             query["n"] = {"$gt": marker}
         docs = (
@@ -241,34 +242,29 @@ class MongoStore:
         ]
         return Page(items=infos, next_marker=infos[-1].name if infos else None)
 
-    async def _drop_messages(self, q: QueueRef, queue_doc: Doc | None) -> None:
-        # Only the messages posted before the drop: a post or move that lands meanwhile got a later marker
-        # and is kept (the queue is live again), so no acknowledged post is lost to a concurrent delete.
-        if queue_doc is not None:
-            await self._c.messages.delete_many(
-                {"p": q.project, "q": q.name, "k": {"$lte": queue_doc.get("seq", 0)}}
-            )
+    async def _drop_messages(self, q: QueueRef) -> None:
+        # Up to the newest marker present: a post or move that lands meanwhile gets a later marker and is
+        # kept, so no post acknowledged after the drop began is lost to it.
+        top = await self._c.messages.find_one(
+            {"p": q.project, "q": q.name}, {"k": 1}, sort=[("k", -1)], hint=MARKER_INDEX
+        )
+        if top is not None:
+            await self._c.messages.delete_many({"p": q.project, "q": q.name, "k": {"$lte": top["k"]}})
 
     @_op
     async def delete_queue(self, q: QueueRef) -> None:
-        # The document stays (live: False) with its marker counter, so a queue created again under the same
-        # name never reuses a marker of a message that is still being deleted.
-        doc = await self._c.queues.find_one_and_update(
-            {"p": q.project, "n": q.name},
-            {"$set": {"live": False, "meta": "{}", "pol": {}, "n_dl": 0, "n_disc": 0, "n_rcv": 0}},
-            projection={"seq": 1},
-        )
-        await self._drop_messages(q, doc)
+        await self._drop_messages(q)
+        await self._c.queues.delete_one({"p": q.project, "n": q.name})
+        await self._c.counters.delete_one(counter_key(q))
 
     @_op
     async def purge(self, q: QueueRef) -> None:
-        await self._drop_messages(q, await self._c.queues.find_one({"p": q.project, "n": q.name}, {"seq": 1}))
+        await self._drop_messages(q)
 
     @_op
     async def stats(self, q: QueueRef) -> QueueStats:
         now = self._now()
-        queue = await self._c.queues.find_one({"p": q.project, "n": q.name})
-        await housekeep(self._client, self._c, q, now, policy_of(queue))
+        await housekeep(self._c, q, now)
         live = {"p": q.project, "q": q.name, "e": {"$gt": now}}
         messages = self._c.messages
         total = await messages.count_documents(live, hint=MARKER_INDEX)
@@ -278,7 +274,7 @@ class MongoStore:
         for direction in (1, -1):
             doc = await messages.find_one(live, {"cr": 1}, sort=[("k", direction)], hint=MARKER_INDEX)
             ends.append(MessageStamp(MessageId(doc["_id"]), doc["cr"]) if doc else None)
-        counters = queue or {}
+        counters = await self._c.counters.find_one(counter_key(q)) or {}
         return QueueStats(
             free=total - claimed,
             claimed=claimed,
@@ -306,45 +302,41 @@ class MongoStore:
     ) -> list[MessageId]:
         now = self._now()
         ids = [MessageId(new_id()) for _ in messages]
-        bodies = [orjson.dumps(m.body) for m in messages]
 
-        async def post(s: AsyncClientSession) -> None:
-            first, policy = await take_markers(self._c, q, len(messages), now=now, session=s)
-            maxpost = policy.max_messages_post_size
-            if maxpost is not None and body_size > maxpost:
-                raise PayloadTooLarge(
-                    f"The body is {body_size} bytes; this queue takes at most {maxpost} bytes a post "
-                    "(_max_messages_post_size)."
-                )
-            ttl_default = policy.default_message_ttl or default_ttl
-            delay_default = (
-                default_delay if policy.default_message_delay is None else policy.default_message_delay
+        # A queue that does not exist yet has no policy, so creating it before the size check is harmless.
+        policy = policy_of(await ensure_queue(self._c, q, now))
+        maxpost = policy.max_messages_post_size
+        if maxpost is not None and body_size > maxpost:
+            raise PayloadTooLarge(
+                f"The body is {body_size} bytes; this queue takes at most {maxpost} bytes a post "
+                "(_max_messages_post_size)."
             )
-            docs = []
-            for i, (mid, m, body) in enumerate(zip(ids, messages, bodies, strict=True)):
-                ttl = ttl_default if m.ttl is None else m.ttl
-                av = now + (delay_default if m.delay is None else m.delay) * 1000
-                e = now + ttl * 1000
-                docs.append(
-                    {
-                        "_id": mid,
-                        "p": q.project,
-                        "q": q.name,
-                        "k": first + i,
-                        "b": body,
-                        "t": ttl,
-                        "cr": now,
-                        "e": e,
-                        "cl": client_id,
-                        "cc": 0,
-                        "av": av,
-                        "vis": av,
-                        "gc": gc_at(e),
-                    }
-                )
-            await self._c.messages.insert_many(docs, session=s)
-
-        await in_transaction(self._client, post)
+        ttl_default = policy.default_message_ttl or default_ttl
+        delay_default = (
+            default_delay if policy.default_message_delay is None else policy.default_message_delay
+        )
+        docs = []
+        for mid, m in zip(ids, messages, strict=True):
+            ttl = ttl_default if m.ttl is None else m.ttl
+            av = now + (delay_default if m.delay is None else m.delay) * 1000
+            e = now + ttl * 1000
+            docs.append(
+                {
+                    "_id": mid,
+                    "p": q.project,
+                    "q": q.name,
+                    "b": orjson.dumps(m.body),
+                    "t": ttl,
+                    "cr": now,
+                    "e": e,
+                    "cl": client_id,
+                    "cc": 0,
+                    "av": av,
+                    "vis": av,
+                    "gc": gc_at(e),
+                }
+            )
+        await insert_in_order(self._c, q, docs)  # the markers (k) are set here
         return ids
 
     @_op
@@ -417,7 +409,7 @@ class MongoStore:
     @_op
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
         now = self._now()
-        await housekeep(self._client, self._c, q, now)
+        await housekeep(self._c, q, now)
         out: list[Message] = []
         while len(out) < limit:
             doc = await self._c.messages.find_one_and_delete(
@@ -454,7 +446,7 @@ class MongoStore:
             spent = [
                 (d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if exhausted(policy, d["cc"])
             ]
-            m, d = await dead_letter(self._client, self._c, q, policy, spent, now=now, reason="max_claims")
+            m, d = await dead_letter(self._c, q, policy, spent, now=now, reason="max_claims")
             moved, discarded = moved + m, discarded + d
             fresh = [d["_id"] for d in candidates if not exhausted(policy, d["cc"])]
             if fresh:
@@ -540,7 +532,7 @@ class MongoStore:
                 self._c, q, claim_id, now, {"cc": {"$gte": policy.max_claim_count}}
             ).to_list()
             moves = [(d, {"c": claim_id, "cc": d["cc"]}) for d in spent]
-            await dead_letter(self._client, self._c, q, policy, moves, now=now, reason="max_claims")
+            await dead_letter(self._c, q, policy, moves, now=now, reason="max_claims")
         await self._c.messages.update_many(
             {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
             {"$unset": {"c": "", "ce": ""}, "$set": {"vis": now}},
@@ -563,7 +555,7 @@ class MongoStore:
             ended = await lapsed(self._c, now, limit=SWEEP_BATCH).to_list()
             due = {(d["p"], d["q"]) for d in ended}
             for project, name in sorted(due):
-                await housekeep(self._client, self._c, QueueRef(project, name), now)
+                await housekeep(self._c, QueueRef(project, name), now)
             visited |= due
             if len(ended) < SWEEP_BATCH:
                 break

@@ -1,0 +1,122 @@
+"""Per-queue bookkeeping that posts and moves do without transactions: lazy queue creation, markers, counters.
+
+No multi-document transaction runs on these hot paths. On MongoDB a transaction whose client dies stays open
+(holding its write locks) until `transactionLifetimeLimitSeconds`, 60 s by default: a crashed API process
+would stall every post to, and every move into, the queues it was writing for that long.
+
+Markers (Zaqar's scheme): a writer reads the queue's counter, writes its messages at counter+1, +2, ... under
+the unique (p, q, k) index, and then raises the counter to its last marker. A writer that finds a marker
+taken (duplicate key) raises the counter to the highest marker present and tries again above it. Since every
+attempt starts right after a counter value, and the counter only moves past markers that exist, a marker is
+never taken after a higher one became visible, so a reader paging by marker skips nothing. (The one
+exception needs a writer stalled between reading the counter and writing, while the message at that very
+next marker is posted and deleted: its write then lands below markers already seen.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+from core.errors import StorageUnavailable
+from core.models import QueueRef
+from storage.mongodb.queries import Doc
+from storage.mongodb.schema import Collections
+
+MARKER_ATTEMPTS = 1000  # give up (503) only under contention no real load produces
+DUPLICATE_KEY = 11000
+
+
+def counter_key(q: QueueRef) -> Doc:
+    return {"_id": {"p": q.project, "q": q.name}}
+
+
+async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
+    """The queue's document, created (empty metadata) when absent, as a post or a move into a DLQ does."""
+    doc = await c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1})
+    if doc is not None:
+        return doc
+    with contextlib.suppress(DuplicateKeyError):  # created concurrently
+        await c.queues.update_one(
+            {"p": q.project, "n": q.name},
+            {"$setOnInsert": {"meta": "{}", "pol": {}, "cr": now}},
+            upsert=True,
+        )
+    return {"pol": {}}
+
+
+async def count(c: Collections, q: QueueRef, field: str, n: int) -> None:
+    """Add `n` to one of the queue's counters (n_dl, n_disc, n_rcv)."""
+    await c.counters.update_one(counter_key(q), {"$inc": {field: n}}, upsert=True)
+
+
+async def _last_marker(c: Collections, q: QueueRef) -> int:
+    doc = await c.counters.find_one(counter_key(q), {"seq": 1})
+    return int(doc.get("seq", 0)) if doc else 0
+
+
+async def _raise_counter(c: Collections, q: QueueRef, marker: int) -> None:
+    await c.counters.update_one(counter_key(q), {"$max": {"seq": marker}}, upsert=True)
+
+
+async def _heal(c: Collections, q: QueueRef, taken: int) -> int:
+    """Raise the counter past marker `taken`, found taken by a writer that has not raised the counter yet
+    (or died before it could); returns where the counter is now. Writers raise it as soon as they are done,
+    so stepping past a marker at a time is needed only over the batch of a writer that died."""
+    now_at = max(taken, await _last_marker(c, q))
+    await _raise_counter(c, q, now_at)
+    return now_at
+
+
+def _contended(q: QueueRef) -> StorageUnavailable:
+    return StorageUnavailable(f"Queue {q.name!r} is too busy to take a marker; try again.")
+
+
+async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> None:
+    """Insert `docs` into `q` in their order, giving them consecutive markers after the queue's last."""
+    pending = list(docs)
+    base = await _last_marker(c, q)
+    for _ in range(MARKER_ATTEMPTS):
+        for i, doc in enumerate(pending):
+            doc["k"] = base + 1 + i
+        try:
+            await c.messages.insert_many(pending)  # ordered: stops at the first marker someone else holds
+        except BulkWriteError as exc:
+            errors: list[dict[str, Any]] = exc.details.get("writeErrors", [])
+            if any(e.get("code") != DUPLICATE_KEY for e in errors):
+                raise
+            done = int(exc.details.get("nInserted", 0))
+            pending = pending[done:]
+            base = await _heal(c, q, taken=base + 1 + done)
+            continue
+        await _raise_counter(c, q, pending[-1]["k"])
+        return
+    raise _contended(q)
+
+
+async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[tuple[Doc, Doc]]) -> int:
+    """For each (match, update): update_one that also moves the document into `target` at its next marker,
+    in order. A write whose `match` matches nothing (someone else moved, claimed or deleted the message) is
+    skipped. Returns how many documents moved."""
+    marker = await _last_marker(c, target) + 1
+    moved = 0
+    for match, update in writes:
+        for _ in range(MARKER_ATTEMPTS):
+            into = {**update, "$set": {**update["$set"], "q": target.name, "k": marker}}
+            try:
+                result = await c.messages.update_one(match, into)
+            except DuplicateKeyError:
+                marker = await _heal(c, target, taken=marker) + 1
+                continue
+            if result.modified_count:
+                moved += 1
+                marker += 1
+            break
+        else:
+            raise _contended(target)
+    if moved:
+        await _raise_counter(c, target, marker - 1)
+    return moved
