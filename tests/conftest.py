@@ -60,6 +60,13 @@ def mongodb_uri() -> Iterator[str]:
         client.drop_database(database)
 
 
+@pytest.fixture(scope="module", params=["redis", "mongo"])
+def storage_uri(request: pytest.FixtureRequest) -> str:
+    """The URI of each driver's test server, for tests that run a live service process."""
+    uri: str = request.getfixturevalue("redis_url" if request.param == "redis" else "mongodb_uri")
+    return uri
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

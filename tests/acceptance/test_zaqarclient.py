@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(redis_url: str) -> Iterator[CharonProcess]:
-    proc = CharonProcess(redis_url, namespace=f"zc{uuid.uuid4().hex[:8]}").start()
+def server(storage_uri: str) -> Iterator[CharonProcess]:
+    proc = CharonProcess(storage_uri, namespace=f"zc{uuid.uuid4().hex[:8]}").start()
     yield proc
     proc.stop()
 
