@@ -20,9 +20,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
+import pymongo
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.mongo_client import AsyncMongoClient
-from pymongo.errors import ConnectionFailure, DuplicateKeyError
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from core.clock import Clock, SystemClock
 from core.errors import ClaimMismatch, ClaimNotFound, MetadataChanged, PayloadTooLarge, StorageUnavailable
@@ -62,6 +63,7 @@ R = TypeVar("R")
 CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
 SWEEP_BATCH = 500  # lapsed claims one sweep round looks at
 SWEEP_ROUNDS = 20
+TRANSACTION_TIMEOUT_S = 10
 SERVER_SELECTION_TIMEOUT_MS = 5000  # unless the URI says otherwise: fail fast with 503, not after 30 s
 STALE = "The queue metadata of this project changed meanwhile; read it again."
 
@@ -82,6 +84,10 @@ def _op(
             return await method(self, *args, **kwargs)
         except ConnectionFailure as exc:
             raise StorageUnavailable(f"MongoDB is not reachable ({exc}).") from None
+        except PyMongoError as exc:
+            if not exc.timeout:
+                raise
+            raise StorageUnavailable(f"MongoDB did not answer in time ({exc}); try again.") from None
 
     return functools.wraps(method)(wrapper)  # type: ignore[return-value]  # wraps() loses the ParamSpec
 
@@ -132,9 +138,12 @@ class MongoStore:
             self._indexed = True
 
     async def _transaction(self, fn: Callable[[AsyncClientSession], Coroutine[Any, Any, R]]) -> R:
-        """Run `fn` in a transaction, retried by the driver on transient errors (write conflicts)."""
-        async with self._client.start_session() as session:
-            return await session.with_transaction(fn)
+        """Run `fn` in a transaction, retried by the driver on transient errors (write conflicts), for at most
+        TRANSACTION_TIMEOUT_S: a transaction left open by a killed process holds its documents until the
+        server aborts it (transactionLifetimeLimitSeconds, 60 s), and a request should fail (503) before."""
+        with pymongo.timeout(TRANSACTION_TIMEOUT_S):
+            async with self._client.start_session() as session:
+                return await session.with_transaction(fn)
 
     def _now(self) -> int:
         return self._clock.now_ms()

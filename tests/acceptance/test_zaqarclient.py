@@ -133,10 +133,12 @@ def dead_letter_one(client: Any, queue: str) -> Any:
     return client.queue(f"{queue}-dlq", auto_create=False)
 
 
-def test_dlq_consumers_with_provenance_off(redis_url: str) -> None:
+def test_dlq_consumers_with_provenance_off(storage_uri: str) -> None:
     """python-zaqarclient rejects message fields it does not know, so a deployment whose DLQ consumers use it
     runs with CHARON_PROVENANCE=false; claims, gets and listings of the DLQ then work unchanged."""
-    proc = CharonProcess(redis_url, namespace=f"zc{uuid.uuid4().hex[:8]}", env={"CHARON_PROVENANCE": "false"})
+    proc = CharonProcess(
+        storage_uri, namespace=f"zc{uuid.uuid4().hex[:8]}", env={"CHARON_PROVENANCE": "false"}
+    )
     proc.start()
     try:
         dlq = dead_letter_one(make_client(proc), "zc-work")
