@@ -23,10 +23,10 @@ import orjson
 import pymongo
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.mongo_client import AsyncMongoClient
-from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
+from pymongo.errors import ConnectionFailure, PyMongoError
 
 from core.clock import Clock, SystemClock
-from core.errors import ClaimMismatch, ClaimNotFound, MetadataChanged, PayloadTooLarge, StorageUnavailable
+from core.errors import ClaimMismatch, ClaimNotFound, PayloadTooLarge, StorageUnavailable
 from core.metadata import QueuePolicy
 from core.models import (
     Claim,
@@ -41,31 +41,27 @@ from core.models import (
     QueueRef,
     QueueStats,
 )
+from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import counter_key, ensure_queue, insert_in_order
+from storage.mongodb.metadata import write_metadata
 from storage.mongodb.moves import dead_letter, housekeep
-from storage.mongodb.queries import Doc, claim_candidates, claimable, held_by, lapsed, listing, not_claimed
+from storage.mongodb.queries import Doc, claimable, held_by, listing, not_claimed
 from storage.mongodb.schema import (
     CLAIMABLE_INDEX,
-    EXPIRY_INDEX,
     MARKER_INDEX,
     QUEUE_INDEX,
     Collections,
-    exhausted,
     gc_at,
     message_of,
-    policy_doc,
     policy_of,
 )
+from storage.mongodb.sweeper import sweep_all, take_lease
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
-SWEEP_BATCH = 500  # lapsed claims one sweep round looks at
-SWEEP_ROUNDS = 20
 TRANSACTION_TIMEOUT_S = 10
 SERVER_SELECTION_TIMEOUT_MS = 5000  # unless the URI says otherwise: fail fast with 503, not after 30 s
-STALE = "The queue metadata of this project changed meanwhile; read it again."
 
 
 def new_id() -> str:
@@ -148,48 +144,10 @@ class MongoStore:
     def _now(self) -> int:
         return self._clock.now_ms()
 
-    async def _policy(self, q: QueueRef, session: AsyncClientSession | None = None) -> QueuePolicy:
-        return policy_of(
-            await self._c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1}, session=session)
-        )
+    async def _policy(self, q: QueueRef) -> QueuePolicy:
+        return policy_of(await self._c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1}))
 
     # -- queues -------------------------------------------------------------------------------------------
-
-    async def _bump_version(self, project: str, expected: int | None, s: AsyncClientSession) -> None:
-        """Bump the project's metadata version, in the caller's transaction; MetadataChanged when it is
-        no longer `expected` (None: bump regardless)."""
-        projects = self._c.projects
-        if expected is None:
-            await projects.update_one({"_id": project}, {"$inc": {"mver": 1}}, upsert=True, session=s)
-            return
-        try:
-            # Version 0 is "no document yet": the upsert creates it, and fails if it exists with another.
-            r = await projects.update_one(
-                {"_id": project, "mver": expected}, {"$inc": {"mver": 1}}, upsert=expected == 0, session=s
-            )
-        except DuplicateKeyError:
-            raise MetadataChanged(STALE) from None
-        if r.matched_count == 0 and r.upserted_id is None:
-            raise MetadataChanged(STALE)
-
-    async def _write_metadata(
-        self,
-        q: QueueRef,
-        metadata: Mapping[str, Any],
-        policy: QueuePolicy,
-        expected_version: int | None,
-        s: AsyncClientSession,
-    ) -> None:
-        await self._bump_version(q.project, expected_version, s)
-        await self._c.queues.update_one(
-            {"p": q.project, "n": q.name},
-            {
-                "$set": {"meta": orjson.dumps(dict(metadata)).decode(), "pol": policy_doc(policy)},
-                "$setOnInsert": {"cr": self._now()},
-            },
-            upsert=True,
-            session=s,
-        )
 
     @_op
     async def create_queue(
@@ -203,7 +161,7 @@ class MongoStore:
         async def create(s: AsyncClientSession) -> bool:
             if await self._c.queues.find_one({"p": q.project, "n": q.name}, {"_id": 1}, session=s):
                 return False  # an existing queue keeps its metadata, as in Zaqar
-            await self._write_metadata(q, metadata, policy, expected_version, s)
+            await write_metadata(self._c, q, metadata, policy, expected_version, now=self._now(), session=s)
             return True
 
         return await self._transaction(create)
@@ -228,7 +186,7 @@ class MongoStore:
         expected_version: int | None = None,
     ) -> None:
         async def write(s: AsyncClientSession) -> None:
-            await self._write_metadata(q, metadata, policy, expected_version, s)
+            await write_metadata(self._c, q, metadata, policy, expected_version, now=self._now(), session=s)
 
         await self._transaction(write)
 
@@ -435,42 +393,14 @@ class MongoStore:
 
     @_op
     async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
-        """Oldest claimable first. Each round reads up to the number still wanted; the exhausted ones are
-        moved (or discarded), the others claimed by one update_many that re-checks claimability per message,
-        so a message another claimer took meanwhile is skipped and the next round fills the claim up
-        (promise 4)."""
         now = self._now()
         claim_id = ClaimId(new_id())
         ce = now + ttl * 1000
         keep = ce + grace * 1000
         policy = await self._policy(q)
-        fresh_guard = claimable(q, now)
-        if policy.max_claim_count is not None:
-            fresh_guard["cc"] = {"$lt": policy.max_claim_count}
-        got = moved = discarded = 0
-        for _ in range(CLAIM_ROUNDS):
-            candidates = await claim_candidates(self._c, q, now, limit - got).to_list()
-            if not candidates:
-                break
-            spent = [
-                (d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if exhausted(policy, d["cc"])
-            ]
-            m, d = await dead_letter(self._c, q, policy, spent, now=now, reason="max_claims")
-            moved, discarded = moved + m, discarded + d
-            fresh = [d["_id"] for d in candidates if not exhausted(policy, d["cc"])]
-            if fresh:
-                r = await self._c.messages.update_many(
-                    {"_id": {"$in": fresh}, **fresh_guard},
-                    {
-                        "$set": {"c": claim_id, "ce": ce, "vis": ce},
-                        "$inc": {"cc": 1},
-                        # Zaqar's grace rule: a claimed message lives at least until the claim ends plus grace
-                        "$max": {"e": keep, "gc": gc_at(keep)},
-                    },
-                )
-                got += r.modified_count
-            if got >= limit:
-                break
+        got, moved, discarded = await take_messages(
+            self._c, q, policy, claim_id, now=now, until=ce, keep_until=keep, limit=limit
+        )
         if got == 0:
             return ClaimResult(claim=None, dead_lettered=moved, discarded=discarded)
         await self._c.claims.insert_one(
@@ -557,30 +487,9 @@ class MongoStore:
         O(what is due), however many queues exist. With `lease_ms`, only the holder of the namespace's lease
         works a period (else None). Returns the number of queues visited."""
         now = self._now()
-        if lease_ms > 0 and not await self._take_lease("sweeper", now, lease_ms):
+        if lease_ms > 0 and not await take_lease(self._c, "sweeper", self._lease_token, now=now, ms=lease_ms):
             return None
-        visited: set[tuple[str, str]] = set()
-        for _ in range(SWEEP_ROUNDS):
-            ended = await lapsed(self._c, now, limit=SWEEP_BATCH).to_list()
-            due = {(d["p"], d["q"]) for d in ended}
-            for project, name in sorted(due):
-                await housekeep(self._c, QueueRef(project, name), now)
-            visited |= due
-            if len(ended) < SWEEP_BATCH:
-                break
-        await self._c.messages.delete_many({"e": {"$lte": now}}, hint=EXPIRY_INDEX)
-        return len(visited)
-
-    async def _take_lease(self, name: str, now: int, lease_ms: int) -> bool:
-        try:
-            await self._c.leases.update_one(
-                {"_id": name, "until": {"$lte": now}},
-                {"$set": {"until": now + lease_ms, "owner": self._lease_token}},
-                upsert=True,
-            )
-        except DuplicateKeyError:
-            return False  # the document exists and its lease has not ended: someone else holds it
-        return True
+        return await sweep_all(self._c, now)
 
     # -- service ------------------------------------------------------------------------------------------
 

@@ -1,0 +1,60 @@
+"""Queue metadata writes: compare-and-set against the project's metadata version, in the caller's transaction
+(the version and the queue's metadata are two documents, and the DLQ cycle check reads several queues)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from pymongo.asynchronous.client_session import AsyncClientSession
+from pymongo.errors import DuplicateKeyError
+
+from core.errors import MetadataChanged
+from core.metadata import QueuePolicy
+from core.models import QueueRef
+from storage.mongodb.schema import Collections, policy_doc
+
+STALE = "The queue metadata of this project changed meanwhile; read it again."
+
+
+async def bump_version(
+    c: Collections, project: str, expected: int | None, session: AsyncClientSession
+) -> None:
+    """Bump the project's metadata version; MetadataChanged when it is no longer `expected` (None: bump
+    regardless)."""
+    if expected is None:
+        await c.projects.update_one({"_id": project}, {"$inc": {"mver": 1}}, upsert=True, session=session)
+        return
+    try:
+        # Version 0 is "no document yet": the upsert creates it, and fails if it exists with another.
+        r = await c.projects.update_one(
+            {"_id": project, "mver": expected}, {"$inc": {"mver": 1}}, upsert=expected == 0, session=session
+        )
+    except DuplicateKeyError:
+        raise MetadataChanged(STALE) from None
+    if r.matched_count == 0 and r.upserted_id is None:
+        raise MetadataChanged(STALE)
+
+
+async def write_metadata(
+    c: Collections,
+    q: QueueRef,
+    metadata: Mapping[str, Any],
+    policy: QueuePolicy,
+    expected_version: int | None,
+    *,
+    now: int,
+    session: AsyncClientSession,
+) -> None:
+    """Replace the queue's metadata and policy, creating the queue, if the project is at that version."""
+    await bump_version(c, q.project, expected_version, session)
+    await c.queues.update_one(
+        {"p": q.project, "n": q.name},
+        {
+            "$set": {"meta": orjson.dumps(dict(metadata)).decode(), "pol": policy_doc(policy)},
+            "$setOnInsert": {"cr": now},
+        },
+        upsert=True,
+        session=session,
+    )
