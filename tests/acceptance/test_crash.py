@@ -99,13 +99,17 @@ def post_all(base: str, messages: int) -> list[str]:
     return ids
 
 
-async def storm(service: CharonProcess, workers: int, rng: random.Random) -> list[int]:
+async def storm(service: CharonProcess, messages: int, workers: int, rng: random.Random) -> list[int]:
     """Claim-and-release until the source is empty, while the service is killed and restarted twice. A claim
     whose answer a kill swallowed is never released: it lapses after its 1 s ttl and the sweeper ends it.
+    The kills come once a random share of the storm's claims (10 messages each, MAX_CLAIMS times) has been
+    answered: the first within 10-40 %, the second within 50-80 %, so both land mid-storm on any machine.
     Returns how many claims had been answered at each kill, and in all (last)."""
     done = asyncio.Event()
     claims = [0]
-    progress = asyncio.Event()  # set when a claim is answered
+    expected = messages * MAX_CLAIMS // 10
+    kill_at = [int(expected * rng.uniform(0.1, 0.4)), int(expected * rng.uniform(0.5, 0.8))]
+    reached = asyncio.Event()  # set when the claims answered reach the next kill_at
     at_kill: list[int] = []
 
     async def worker(c: httpx.AsyncClient) -> None:
@@ -114,7 +118,8 @@ async def storm(service: CharonProcess, workers: int, rng: random.Random) -> lis
                 r = await c.post("/v2/queues/storm/claims?limit=10", json={"ttl": 1, "grace": 0})
                 if r.status_code == 201:
                     claims[0] += 1
-                    progress.set()
+                    if kill_at and claims[0] >= kill_at[0]:
+                        reached.set()
                     await c.delete(r.headers["location"])
                 else:
                     await asyncio.sleep(0.05)
@@ -122,10 +127,10 @@ async def storm(service: CharonProcess, workers: int, rng: random.Random) -> lis
                 await asyncio.sleep(0.1)
 
     async def killer() -> None:
-        for _ in range(2):
-            progress.clear()
-            await progress.wait()  # the storm is going (again) before each kill
-            await asyncio.sleep(rng.uniform(0.2, 1.5))
+        while kill_at:
+            await reached.wait()
+            reached.clear()
+            kill_at.pop(0)
             at_kill.append(claims[0])
             service.kill()
             await asyncio.to_thread(service.start)
@@ -156,7 +161,9 @@ def test_kill_9_during_a_dead_letter_storm_loses_and_duplicates_nothing(backend:
     service.start()
     try:
         posted = post_all(service.url, messages)
-        first_kill, second_kill, in_all = asyncio.run(storm(service, backend.workers, random.Random(seed)))
+        first_kill, second_kill, in_all = asyncio.run(
+            storm(service, messages, backend.workers, random.Random(seed))
+        )
         print(
             f"claims answered: {first_kill} at the first kill, {second_kill} at the second, {in_all} in all"
         )
