@@ -24,7 +24,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 from core.errors import StorageUnavailable
 from core.models import QueueRef
 from storage.mongodb.queries import Doc
-from storage.mongodb.schema import Collections
+from storage.mongodb.schema import Collections, queue_key
 
 MARKER_ATTEMPTS = 1000  # give up (503) only under contention no real load produces
 DUPLICATE_KEY = 11000
@@ -36,12 +36,12 @@ def counter_key(q: QueueRef) -> Doc:
 
 async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
     """The queue's document, created (empty metadata) when absent, as a post or a move into a DLQ does."""
-    doc = await c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1})
+    doc = await c.queues.find_one(queue_key(q), {"pol": 1})
     if doc is not None:
         return doc
     with contextlib.suppress(DuplicateKeyError):  # created concurrently
         await c.queues.update_one(
-            {"p": q.project, "n": q.name},
+            queue_key(q),
             {"$setOnInsert": {"meta": "{}", "pol": {}, "cr": now}},
             upsert=True,
         )

@@ -13,7 +13,7 @@ from pymongo.errors import DuplicateKeyError
 from core.errors import MetadataChanged
 from core.metadata import QueuePolicy
 from core.models import QueueRef
-from storage.mongodb.schema import Collections, policy_doc
+from storage.mongodb.schema import Collections, policy_doc, queue_key
 
 STALE = "The queue metadata of this project changed meanwhile; read it again."
 
@@ -50,7 +50,7 @@ async def write_metadata(
     """Replace the queue's metadata and policy, creating the queue, if the project is at that version."""
     await bump_version(c, q.project, expected_version, session)
     await c.queues.update_one(
-        {"p": q.project, "n": q.name},
+        queue_key(q),
         {
             "$set": {"meta": orjson.dumps(dict(metadata)).decode(), "pol": policy_doc(policy)},
             "$setOnInsert": {"cr": now},

@@ -17,7 +17,7 @@ from core.metadata import QueuePolicy
 from core.models import DeadLetterReason, QueueRef
 from storage.mongodb.counters import count, ensure_queue, move_with_markers
 from storage.mongodb.queries import Doc, lapsed
-from storage.mongodb.schema import Collections, exhausted, gc_at, policy_of
+from storage.mongodb.schema import Collections, exhausted, gc_at
 
 HOUSEKEEP_BATCH = 100  # lapsed claims one housekeeping call ends, so each call's work is bounded
 
@@ -86,7 +86,7 @@ async def housekeep(c: Collections, q: QueueRef, now: int, policy: QueuePolicy |
     if not ended:
         return 0
     if policy is None:
-        policy = policy_of(await c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1}))
+        policy = await c.policy(q)
     # Guard on the very claim that lapsed: a message claimed again meanwhile is left to its new claim.
     moves = [(d, {"c": d["c"], "ce": d["ce"]}) for d in ended if exhausted(policy, d["cc"])]
     await dead_letter(c, q, policy, moves, now=now, reason="max_claims")

@@ -53,12 +53,16 @@ def listing(
     return c.messages.find(query).sort("k", 1).hint(MARKER_INDEX).limit(limit)
 
 
+def held(q: QueueRef, claim_id: ClaimId, now: int) -> Doc:
+    """The live messages of `q` that claim `claim_id` holds."""
+    return {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}}
+
+
 def held_by(
     c: Collections, q: QueueRef, claim_id: ClaimId, now: int, extra: Doc | None = None
 ) -> AsyncCursor[Doc]:
     """The live messages of `q` that claim `claim_id` holds, in marker order."""
-    query = {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}, **(extra or {})}
-    return c.messages.find(query).sort("k", 1).hint(CLAIM_INDEX)
+    return c.messages.find({**held(q, claim_id, now), **(extra or {})}).sort("k", 1).hint(CLAIM_INDEX)
 
 
 def lapsed(c: Collections, now: int, q: QueueRef | None = None, limit: int = 0) -> AsyncCursor[Doc]:

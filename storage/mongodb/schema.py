@@ -33,7 +33,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from core.metadata import QueuePolicy
-from core.models import ClaimId, DeadLetter, Message, MessageId
+from core.models import ClaimId, DeadLetter, Message, MessageId, QueueRef
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
 
@@ -83,6 +83,10 @@ class Collections:
         await self.queues.create_index([("p", ASCENDING), ("n", ASCENDING)], name=QUEUE_INDEX, unique=True)
         await self.claims.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
 
+    async def policy(self, q: QueueRef) -> QueuePolicy:
+        """The reserved-metadata policy of `q` (the empty policy for a queue never created)."""
+        return policy_of(await self.queues.find_one(queue_key(q), {"pol": 1}))
+
     async def drop(self) -> None:
         for collection in (
             self.messages,
@@ -93,6 +97,11 @@ class Collections:
             self.leases,
         ):
             await collection.drop()
+
+
+def queue_key(q: QueueRef) -> dict[str, Any]:
+    """The filter that finds the queue's document in `queues`."""
+    return {"p": q.project, "n": q.name}
 
 
 def gc_at(ms: int) -> dt.datetime:

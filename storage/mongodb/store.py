@@ -45,7 +45,7 @@ from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import counter_key, ensure_queue, insert_in_order
 from storage.mongodb.metadata import write_metadata
 from storage.mongodb.moves import dead_letter, housekeep
-from storage.mongodb.queries import Doc, claimable, held_by, listing, not_claimed
+from storage.mongodb.queries import Doc, claimable, held, held_by, listing, not_claimed
 from storage.mongodb.schema import (
     CLAIMABLE_INDEX,
     MARKER_INDEX,
@@ -54,6 +54,7 @@ from storage.mongodb.schema import (
     gc_at,
     message_of,
     policy_of,
+    queue_key,
 )
 from storage.mongodb.sweeper import sweep_all, take_lease
 
@@ -144,9 +145,6 @@ class MongoStore:
     def _now(self) -> int:
         return self._clock.now_ms()
 
-    async def _policy(self, q: QueueRef) -> QueuePolicy:
-        return policy_of(await self._c.queues.find_one({"p": q.project, "n": q.name}, {"pol": 1}))
-
     # -- queues -------------------------------------------------------------------------------------------
 
     @_op
@@ -159,7 +157,7 @@ class MongoStore:
         expected_version: int | None = None,
     ) -> bool:
         async def create(s: AsyncClientSession) -> bool:
-            if await self._c.queues.find_one({"p": q.project, "n": q.name}, {"_id": 1}, session=s):
+            if await self._c.queues.find_one(queue_key(q), {"_id": 1}, session=s):
                 return False  # an existing queue keeps its metadata, as in Zaqar
             await write_metadata(self._c, q, metadata, policy, expected_version, now=self._now(), session=s)
             return True
@@ -173,7 +171,7 @@ class MongoStore:
 
     @_op
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
-        doc = await self._c.queues.find_one({"p": q.project, "n": q.name}, {"meta": 1})
+        doc = await self._c.queues.find_one(queue_key(q), {"meta": 1})
         return dict(orjson.loads(doc["meta"])) if doc else {}
 
     @_op
@@ -221,7 +219,7 @@ class MongoStore:
     @_op
     async def delete_queue(self, q: QueueRef) -> None:
         await self._drop_messages(q)
-        await self._c.queues.delete_one({"p": q.project, "n": q.name})
+        await self._c.queues.delete_one(queue_key(q))
         await self._c.counters.delete_one(counter_key(q))
 
     @_op
@@ -397,7 +395,7 @@ class MongoStore:
         claim_id = ClaimId(new_id())
         ce = now + ttl * 1000
         keep = ce + grace * 1000
-        policy = await self._policy(q)
+        policy = await self._c.policy(q)
         got, moved, discarded = await take_messages(
             self._c, q, policy, claim_id, now=now, until=ce, keep_until=keep, limit=limit
         )
@@ -457,7 +455,7 @@ class MongoStore:
         if doc is None:
             raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
         await self._c.messages.update_many(
-            {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
+            held(q, claim_id, now),
             {"$set": {"ce": ce, "vis": ce}, "$max": {"e": keep, "gc": gc_at(keep)}},
         )
 
@@ -465,7 +463,7 @@ class MongoStore:
     async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
         """The claim's exhausted messages move to the DLQ now (promise 7); the rest are claimable at once."""
         now = self._now()
-        policy = await self._policy(q)
+        policy = await self._c.policy(q)
         if policy.max_claim_count is not None:
             spent = await held_by(
                 self._c, q, claim_id, now, {"cc": {"$gte": policy.max_claim_count}}
@@ -473,7 +471,7 @@ class MongoStore:
             moves = [(d, {"c": claim_id, "cc": d["cc"]}) for d in spent]
             await dead_letter(self._c, q, policy, moves, now=now, reason="max_claims")
         await self._c.messages.update_many(
-            {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
+            held(q, claim_id, now),
             {"$unset": {"c": "", "ce": ""}, "$set": {"vis": now}},
         )
         await self._c.claims.delete_one({"_id": claim_id, "p": q.project, "q": q.name})
