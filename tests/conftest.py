@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pymongo
 import pytest
+from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
@@ -107,10 +108,15 @@ def settings() -> Settings:
     return Settings(storage_uri="redis://unused")
 
 
+def api_client(app: FastAPI) -> httpx.AsyncClient:
+    """An HTTP client on `app` (in process, no lifespan) with the Client-ID and project headers set."""
+    headers = {"Client-ID": CLIENT_ID, "X-Project-ID": PROJECT}
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://charon", headers=headers
+    )
+
+
 @pytest.fixture
 async def client(store: Store, clock: ManualClock, settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings, store=store, clock=clock)
-    transport = httpx.ASGITransport(app=app)
-    headers = {"Client-ID": CLIENT_ID, "X-Project-ID": PROJECT}
-    async with httpx.AsyncClient(transport=transport, base_url="http://charon", headers=headers) as c:
+    async with api_client(create_app(settings, store=store, clock=clock)) as c:
         yield c

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -21,13 +22,42 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class RedisServer:
+class ServerProcess:
+    """A test server started as a child process on 127.0.0.1:<free port>."""
+
+    name = "server"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _launch(self, args: list[str], *, ready: Callable[[], bool], timeout: float) -> None:
+        """Start `args` and return once `ready()`; RuntimeError when the process exits or is too slow. Its
+        stderr stays the test run's, so a server that fails to start says why."""
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start")
+            if ready():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+class RedisServer(ServerProcess):
     """redis-server on 127.0.0.1:<free port>; AOF when a data dir is given (crash tests)."""
 
+    name = "redis-server"
+
     def __init__(self, data_dir: Path | None = None) -> None:
-        self.port = free_port()
+        super().__init__()
         self.data_dir = data_dir
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -42,29 +72,25 @@ class RedisServer:
             args += ["--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
             try:
-                redis.Redis(port=self.port).ping()
-                return self
+                return bool(redis.Redis(port=self.port).ping())
             except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
+                return False
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        self._launch(args, ready=answers, timeout=10)
+        return self
 
 
-class MongoServer:
+class MongoServer(ServerProcess):
     """SecantusDB (tests/secantus_launch.py) on 127.0.0.1:<free port>: in memory, a one-node replica set."""
 
+    name = "the MongoDB test server (SecantusDB)"
+
     def __init__(self, *, standalone: bool = False) -> None:
-        self.port = free_port()
+        super().__init__()
         self.standalone = standalone
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -72,23 +98,13 @@ class MongoServer:
 
     def start(self) -> MongoServer:
         args = [sys.executable, "-m", "tests.secantus_launch", "--port", str(self.port)]
-        self.proc = subprocess.Popen(
-            [*args, "--standalone"] if self.standalone else args, stdout=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("the MongoDB test server (SecantusDB) exited at start")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return self
-            time.sleep(0.05)
-        raise RuntimeError("the MongoDB test server (SecantusDB) did not start")
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
+        def listens() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        self._launch([*args, "--standalone"] if self.standalone else args, ready=listens, timeout=30)
+        return self
 
 
 def redis_servers_on(data_dir: Path) -> list[str]:

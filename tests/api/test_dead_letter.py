@@ -16,7 +16,7 @@ from app.settings import Settings
 from core.clock import ManualClock
 from storage.base import Store
 from tests.api.test_flows import JSON_PATCH, post_messages
-from tests.conftest import CLIENT_ID, PROJECT
+from tests.conftest import api_client
 
 
 async def claim_and_release(client: httpx.AsyncClient, queue: str) -> list[dict[str, Any]]:
@@ -98,9 +98,7 @@ async def test_provenance_can_be_hidden_per_request(client: httpx.AsyncClient) -
 
 async def test_provenance_off_by_setting_can_be_asked_for(store: Store, clock: ManualClock) -> None:
     app = create_app(Settings(storage_uri="redis://unused", provenance=False), store=store, clock=clock)
-    headers = {"Client-ID": CLIENT_ID, "X-Project-ID": PROJECT}
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://charon", headers=headers) as client:
+    async with api_client(app) as client:
         await client.put("/v2/queues/a", json={"_max_claim_count": 1, "_dead_letter_queue": "a.dlq"})
         [mid] = await post_messages(client, "a", "x")
         await claim_and_release(client, "a")
@@ -166,12 +164,7 @@ async def test_the_apps_sweeper_moves_messages_whose_last_claim_expired(
     store: Store, clock: ManualClock
 ) -> None:
     app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0.02), store=store, clock=clock)
-    headers = {"Client-ID": CLIENT_ID, "X-Project-ID": PROJECT}
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://charon", headers=headers) as client,
-    ):
+    async with app.router.lifespan_context(app), api_client(app) as client:
         await client.put("/v2/queues/s", json={"_max_claim_count": 1, "_dead_letter_queue": "s.dlq"})
         [mid] = await post_messages(client, "s", "x")
         assert (await client.post("/v2/queues/s/claims", json={"ttl": 60, "grace": 0})).status_code == 201

@@ -12,7 +12,7 @@ from app.main import create_app
 from app.settings import Settings
 from core import errors
 from storage.registry import open_store
-from tests.conftest import CLIENT_ID
+from tests.conftest import CLIENT_ID, api_client
 from tests.servers import free_port
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
@@ -280,10 +280,8 @@ def test_every_error_class_has_a_client_status_and_title() -> None:
 async def check_requests_answer_503(uri: str) -> None:
     store = open_store(uri.format(port=free_port()))
     app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0), store=store)
-    headers = {"Client-ID": CLIENT_ID, "X-Project-ID": "project-a"}
-    transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://charon", headers=headers) as c:
+        async with api_client(app) as c:
             assert (await c.get("/v2/health")).status_code == 503
             for method, url in [("POST", "/v2/queues/q/claims"), ("GET", "/v2/queues/q/stats")]:
                 r = await c.request(method, url)
