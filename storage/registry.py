@@ -8,7 +8,7 @@ from core.clock import Clock
 from core.errors import InvalidInput
 from storage.base import Store
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 MONGODB_SCHEMES = ("mongodb", "mongodb+srv")
 
 

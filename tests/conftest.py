@@ -25,7 +25,7 @@ from core.clock import ManualClock
 from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.redis.store import RedisStore
-from tests.servers import MongoServer, RedisServer
+from tests.servers import MongoServer, RedisCluster, RedisServer
 
 PROJECT = "project-a"
 CLIENT_ID = "3381af92-2b9e-11e3-b191-71861300734c"
@@ -40,6 +40,18 @@ def redis_url() -> Iterator[str]:
     server = RedisServer().start()
     yield server.url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A real 3-primary Redis Cluster (CHARON_TEST_REDIS_CLUSTER_URL to use one you run)."""
+    external = os.environ.get("CHARON_TEST_REDIS_CLUSTER_URL")
+    if external:
+        yield external
+        return
+    cluster = RedisCluster().start()
+    yield cluster.url
+    cluster.stop()
 
 
 def with_database(uri: str, database: str) -> str:
@@ -81,6 +93,13 @@ async def redis_store(redis_url: str, clock: ManualClock) -> AsyncIterator[Redis
 
 
 @pytest.fixture
+async def cluster_store(redis_cluster_url: str, clock: ManualClock) -> AsyncIterator[RedisStore]:
+    store = RedisStore.from_url(redis_cluster_url, namespace=f"t{uuid.uuid4().hex[:12]}", clock=clock)
+    yield store
+    await store.aclose()
+
+
+@pytest.fixture
 async def mongo_store(mongodb_uri: str, clock: ManualClock) -> AsyncIterator[MongoStore]:
     store = MongoStore.from_url(mongodb_uri, namespace=f"t{uuid.uuid4().hex[:12]}", clock=clock)
     yield store
@@ -88,7 +107,13 @@ async def mongo_store(mongodb_uri: str, clock: ManualClock) -> AsyncIterator[Mon
     await store.aclose()
 
 
-@pytest.fixture(params=[pytest.param("redis_store", id="redis"), pytest.param("mongo_store", id="mongo")])
+@pytest.fixture(
+    params=[
+        pytest.param("redis_store", id="redis"),
+        pytest.param("mongo_store", id="mongo"),
+        pytest.param("cluster_store", id="cluster"),
+    ]
+)
 def store(request: pytest.FixtureRequest) -> Store:
     driver: Store = request.getfixturevalue(request.param)
     return driver

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_cluster_port() -> int:
+    """A free port P below 55536 whose cluster bus port P + 10000 is free too."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port + 10000)) != 0:
+                return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
 
 
 class ServerProcess:
@@ -72,15 +85,62 @@ class RedisServer(ServerProcess):
             args += ["--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
-
-        def answers() -> bool:
-            try:
-                return bool(redis.Redis(port=self.port).ping())
-            except redis.exceptions.ConnectionError:
-                return False
-
-        self._launch(args, ready=answers, timeout=10)
+        self._launch(args, ready=lambda: _answers(self.port), timeout=10)
         return self
+
+
+class RedisCluster:
+    """A real Redis Cluster of `size` primaries (no replicas) on loopback: redis-server --cluster-enabled on
+    free ports, joined by `redis-cli --cluster create`, ready once every node says cluster_state:ok."""
+
+    def __init__(self, size: int = 3) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="charon-cluster-")
+        self.nodes = [RedisServer() for _ in range(size)]
+        for node in self.nodes:
+            node.port = free_cluster_port()
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def start(self) -> RedisCluster:
+        exe = shutil.which("redis-server")
+        cli = shutil.which("redis-cli")
+        if exe is None or cli is None:
+            raise RuntimeError("redis-server/redis-cli are not installed; `make install` installs them")
+        for node in self.nodes:
+            args = [exe, "--port", str(node.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            args += ["--cluster-enabled", "yes", "--dir", self.dir.name]
+            args += ["--cluster-config-file", f"nodes-{node.port}.conf", "--cluster-node-timeout", "5000"]
+            node._launch(args, ready=lambda n=node: _answers(n.port), timeout=10)
+        addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(_cluster_ok(n.port) for n in self.nodes):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.dir.cleanup()
+
+
+def _answers(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port).ping())
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+def _cluster_ok(port: int) -> bool:
+    return redis.Redis(port=port, decode_responses=True).cluster("INFO").get("cluster_state") == "ok"
 
 
 class MongoServer(ServerProcess):

@@ -42,7 +42,7 @@ def _source(name: str) -> str:
     return (resources.files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-def load_scripts(client: aioredis.Redis) -> dict[str, AsyncScript]:
+def load_scripts(client: aioredis.Redis | aioredis.RedisCluster) -> dict[str, AsyncScript]:
     """register_script sends EVALSHA and falls back to EVAL (reloading) on NOSCRIPT by itself."""
     lib = _source("lib")
     return {name: client.register_script(f"{lib}\n{_source(name)}") for name in SCRIPT_NAMES}

@@ -7,18 +7,21 @@ the project's hash tag (keys.py), so Redis Cluster works too.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.clock import Clock, SystemClock
-from core.errors import StorageUnavailable
+from core.errors import InvalidInput, StorageUnavailable
 from core.metadata import QueuePolicy
 from core.models import (
     Claim,
@@ -48,7 +51,28 @@ from storage.redis.scripts import load_scripts, run
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
 SWEEP_PROJECTS_PER_ROUND = 500  # projects looked at in one pipeline
+CLUSTER_SWEEP_CONCURRENCY = 32  # sweep.lua calls in flight at once on a Redis Cluster
 FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair what a crash left unmarked
+
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def _cluster_options(url: str) -> dict[str, Any]:
+    """RedisCluster's arguments from `redis+cluster://[user:password@]host:port,host:port/`."""
+    parts = urlsplit(url)
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for address in hosts.split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidInput(f"A Redis Cluster URI lists host:port pairs; got {address!r} in {url!r}.")
+        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+    options: dict[str, Any] = {"startup_nodes": nodes, "ssl": parts.scheme == "rediss+cluster"}
+    if credentials:
+        user, _, password = credentials.partition(":")
+        options.update(username=unquote(user) or None, password=unquote(password) or None)
+    return options
 
 
 def new_id() -> str:
@@ -107,7 +131,13 @@ async def _unavailable_as_domain_error() -> AsyncIterator[None]:
 
 
 class RedisStore:
-    def __init__(self, client: aioredis.Redis, *, namespace: str = "charon", clock: Clock | None = None):
+    def __init__(
+        self,
+        client: aioredis.Redis | aioredis.RedisCluster,
+        *,
+        namespace: str = "charon",
+        clock: Clock | None = None,
+    ):
         self._client = client
         self._namespace = namespace
         self._clock = clock or SystemClock()
@@ -117,7 +147,13 @@ class RedisStore:
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> RedisStore:
-        client = aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
+        (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes."""
+        client: aioredis.Redis | aioredis.RedisCluster
+        if urlsplit(url).scheme in CLUSTER_SCHEMES:
+            client = aioredis.RedisCluster(**_cluster_options(url), decode_responses=True)
+        else:
+            client = aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
         return cls(client, namespace=namespace, clock=clock)
 
     async def _call(self, name: str, q: QueueRef, *args: Any) -> Any:
@@ -373,15 +409,8 @@ class RedisStore:
             elif first:
                 next_due[project] = first[0][1]
         visited = 0
-        script = self._scripts["sweep"]
         while pending:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for project in pending:
-                    prefix = prefixes[project]
-                    await script(
-                        keys=[f"{prefix}due"], args=[prefix, now, SWEEP_QUEUES_PER_CALL], client=pipe
-                    )
-                results = await pipe.execute()
+            results = await self._sweep_scripts([prefixes[p] for p in pending], now)
             visited += sum(int(r[0]) for r in results)
             for project, r in zip(pending, results, strict=True):
                 if int(r[2]) >= 0:
@@ -395,6 +424,23 @@ class RedisStore:
                 pipe.zrem(due_projects_key(self._namespace), *idle)
             await pipe.execute()
         return visited
+
+    async def _sweep_scripts(self, prefixes: list[str], now: int) -> list[Any]:
+        """sweep.lua once per project prefix: pipelined on one server; on a Redis Cluster, which refuses
+        scripts in a pipeline, as concurrent calls (each routed to its project's node), a batch at a time."""
+        script = self._scripts["sweep"]
+        if isinstance(self._client, aioredis.RedisCluster):
+            results: list[Any] = []
+            for i in range(0, len(prefixes), CLUSTER_SWEEP_CONCURRENCY):
+                batch = prefixes[i : i + CLUSTER_SWEEP_CONCURRENCY]
+                results += await asyncio.gather(
+                    *(script(keys=[f"{p}due"], args=[p, now, SWEEP_QUEUES_PER_CALL]) for p in batch)
+                )
+            return results
+        async with self._client.pipeline(transaction=False) as pipe:
+            for prefix in prefixes:
+                await script(keys=[f"{prefix}due"], args=[prefix, now, SWEEP_QUEUES_PER_CALL], client=pipe)
+            return list(await pipe.execute())
 
     # -- service ------------------------------------------------------------------------------------------
 
