@@ -36,7 +36,41 @@ class PatchOp(_In):
     value: Any = None
 
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (PostMessagesIn, ClaimIn, PurgeIn, PatchOp)
+NAME_PATTERN = r"^[a-zA-Z0-9_.-]{1,64}$"
+
+
+class PoolIn(_In):
+    uri: str = Field(..., min_length=1, description="redis://, redis+cluster://host:port,..., or mongodb://.")
+    weight: StrictInt = Field(
+        ..., ge=0, le=2**32 - 1, description="Share of new projects' queues; 0 takes no new queue."
+    )
+    flavor: str | None = Field(None, pattern=NAME_PATTERN, description="The flavor this pool belongs to.")
+    options: dict[str, Any] | None = Field(
+        None, description="Driver options; `namespace` overrides the service's key/collection prefix."
+    )
+
+
+class PoolPatch(_In):
+    uri: str | None = Field(None, min_length=1)
+    weight: StrictInt | None = Field(None, ge=0, le=2**32 - 1)
+    flavor: str | None = Field(None, pattern=NAME_PATTERN)
+    options: dict[str, Any] | None = None
+
+
+class FlavorIn(_In):
+    pool_list: list[str] | None = Field(None, description="Pools to put in this flavor (each must exist).")
+    capabilities: dict[str, Any] | None = Field(None, description="Free-form: what the flavor offers.")
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    PostMessagesIn,
+    ClaimIn,
+    PurgeIn,
+    PatchOp,
+    PoolIn,
+    PoolPatch,
+    FlavorIn,
+)
 
 
 class Link(BaseModel):
@@ -118,8 +152,40 @@ class StatsOut(BaseModel):
     messages: MessageCounts
 
 
+class PoolHealth(BaseModel):
+    storage_reachable: bool
+
+
 class HealthOut(BaseModel):
     storage_reachable: bool
+    catalog_reachable: bool | None = Field(None, description="With pooling, for admins only.")
+    pools: dict[str, PoolHealth] | None = Field(None, description="With pooling, for admins only.")
+
+
+class PoolOut(BaseModel):
+    name: str
+    href: str
+    uri: str
+    weight: int
+    flavor: str | None
+    options: dict[str, Any] | None = Field(None, description="Shown with detailed=true.")
+
+
+class PoolsPage(BaseModel):
+    pools: list[PoolOut]
+    links: list[Link]
+
+
+class FlavorOut(BaseModel):
+    name: str
+    href: str
+    pool_list: list[str]
+    capabilities: dict[str, Any]
+
+
+class FlavorsPage(BaseModel):
+    flavors: list[FlavorOut]
+    links: list[Link]
 
 
 class ErrorOut(BaseModel):

@@ -17,7 +17,7 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = Settings()
     embedded = None
-    if settings.storage_uri is None:
+    if settings.store_uri() is None:
         # Started here, once, so that every worker process shares the one embedded store.
         embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
         os.environ["CHARON_STORAGE_URI"] = embedded.start()

@@ -12,14 +12,15 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.errors import register_error_handlers
-from api.routes import claims, health, messages, queues
+from api.routes import admin, claims, health, messages, queues
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
 from app.sweeper import run_sweeper
 from core.clock import Clock, SystemClock
 from storage.base import Store
-from storage.registry import open_store
+from storage.pooling.store import PooledStore
+from storage.registry import open_catalogue, open_store
 
 VERSION = "0.1.0"
 
@@ -53,11 +54,15 @@ def create_app(
                 yield
             return
         embedded = None
-        uri = settings.storage_uri
+        uri = settings.store_uri()
         if uri is None:
             embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
             uri = embedded.start()
-        app.state.store = open_store(uri, namespace=settings.namespace, clock=clock)
+        if settings.pooling:
+            catalogue = open_catalogue(uri, namespace=settings.namespace)
+            app.state.store = PooledStore(catalogue, namespace=settings.namespace, clock=clock)
+        else:
+            app.state.store = open_store(uri, namespace=settings.namespace, clock=clock)
         try:
             async with sweeping(app.state.store):
                 yield
@@ -74,13 +79,14 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    app.state.settings = settings
     app.state.limits = settings.limits
     app.state.provenance = settings.provenance
     app.state.clock = clock
     if store is not None:
         app.state.store = store
     register_error_handlers(app)
-    for module in (health, queues, messages, claims):
+    for module in (health, queues, messages, claims, admin):
         app.include_router(module.router)
 
     def openapi() -> dict[str, Any]:

@@ -42,6 +42,35 @@ class Settings(BaseSettings):
         "`provenance=false`. Set false for python-zaqarclient consumers of DLQs, which reject unknown "
         "message fields; a request can still ask with `provenance=true`.",
     )
+    pooling: bool = Field(
+        False,
+        description="Spread queues over pools (storage backends registered with PUT /v2/pools/{name}). The "
+        "pool catalogue lives in management_uri; storage_uri is then not used for queues.",
+    )
+    management_uri: str | None = Field(
+        None,
+        description="With pooling: the Redis or MongoDB that holds the pool catalogue (pools, flavors, where "
+        "each queue lives). Unset: storage_uri, or the embedded redis-server.",
+    )
+    admin_mode: bool = Field(
+        False,
+        description="Serve the admin API (pools, flavors, detailed health) to callers with the admin role.",
+    )
+    admin_role: str = Field("admin", description="The role that makes a caller an admin.")
+    roles_header: str = Field(
+        "X-Roles",
+        description="The request header that carries the caller's roles, comma-separated, as Keystone's "
+        "auth middleware sets it. Trust it only behind a proxy or middleware that sets it and strips what "
+        "clients send.",
+    )
+
+    def store_uri(self) -> str | None:
+        """The store the service opens: with pooling, the catalogue's (management_uri, else storage_uri);
+        without, storage_uri. None: the embedded redis-server."""
+        if self.pooling and self.management_uri:
+            return self.management_uri
+        return self.storage_uri
+
     limits: Limits = Field(
         default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
     )

@@ -15,6 +15,7 @@ MAX_POST_SIZE = "_max_messages_post_size"
 MAX_CLAIM_COUNT = "_max_claim_count"
 DEAD_LETTER_QUEUE = "_dead_letter_queue"
 DEAD_LETTER_TTL = "_dead_letter_queue_messages_ttl"
+FLAVOR = "_flavor"  # with pooling: the flavor whose pools a new queue is placed in
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,9 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
             )
         if dlq == queue:
             raise InvalidInput(f"{DEAD_LETTER_QUEUE} must name another queue, not {queue!r} itself.")
+    flavor = meta.get(FLAVOR)
+    if flavor is not None and (not isinstance(flavor, str) or not QUEUE_NAME_RE.match(flavor)):
+        raise InvalidInput(f"{FLAVOR} must be a flavor name (as GET /v2/flavors lists them); got {flavor!r}.")
     return QueuePolicy(
         default_message_ttl=_int_in(
             meta, DEFAULT_MESSAGE_TTL, limits.min_message_ttl, limits.max_message_ttl

@@ -43,8 +43,10 @@ class QueueStore(Protocol):
         With `expected_version`, raises MetadataChanged (and creates nothing) unless the project's metadata
         version still is that (see metadata_version)."""
 
-    async def metadata_version(self, project: str) -> int:
-        """A number that changes with every metadata write in `project` (0 before the first).
+    async def metadata_version(self, q: QueueRef) -> int:
+        """A number that changes with every metadata write to the queues of `q`'s project that share its
+        backend (0 before the first): in one store, the whole project; in a pooled store, q's pool, which
+        holds q's DLQ chain too.
 
         A writer that validates against several queues' metadata (the DLQ cycle check) reads it first and
         passes it as `expected_version`, so that no concurrent write slips between its reads and its write.

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from core.clock import Clock
 from core.errors import InvalidInput
 from storage.base import Store
+
+if TYPE_CHECKING:
+    from storage.pooling.catalogue import Catalogue
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 MONGODB_SCHEMES = ("mongodb", "mongodb+srv")
@@ -22,6 +26,24 @@ def open_store(uri: str, *, namespace: str = "charon", clock: Clock | None = Non
         from storage.mongodb.store import MongoStore
 
         return MongoStore.from_url(uri, namespace=namespace, clock=clock)
-    raise InvalidInput(
+    raise InvalidInput(_unsupported(scheme))
+
+
+def _unsupported(scheme: str) -> str:
+    return (
         f"Unsupported storage URI scheme {scheme!r}; use one of {', '.join(REDIS_SCHEMES + MONGODB_SCHEMES)}."
     )
+
+
+def open_catalogue(uri: str, *, namespace: str = "charon") -> Catalogue:
+    """The pool catalogue in the management store at `uri` (Redis, Redis Cluster or MongoDB)."""
+    scheme = urlsplit(uri).scheme
+    if scheme in REDIS_SCHEMES:
+        from storage.pooling.redis_catalogue import RedisCatalogue
+
+        return RedisCatalogue.from_url(uri, namespace=namespace)
+    if scheme in MONGODB_SCHEMES:
+        from storage.pooling.mongo_catalogue import MongoCatalogue
+
+        return MongoCatalogue.from_url(uri, namespace=namespace)
+    raise InvalidInput(_unsupported(scheme))

@@ -24,6 +24,9 @@ from app.settings import Settings
 from core.clock import ManualClock
 from storage.base import Store
 from storage.mongodb.store import MongoStore
+from storage.pooling.catalogue import Pool
+from storage.pooling.redis_catalogue import RedisCatalogue
+from storage.pooling.store import PooledStore
 from storage.redis.store import RedisStore
 from tests.servers import MongoServer, RedisCluster, RedisServer
 
@@ -107,11 +110,43 @@ async def mongo_store(mongodb_uri: str, clock: ManualClock) -> AsyncIterator[Mon
     await store.aclose()
 
 
+async def pooled(
+    redis_url: str, mongodb_uri: str, clock: ManualClock, *, heavy: str
+) -> AsyncIterator[PooledStore]:
+    """A Redis pool and a MongoDB pool behind one API, the catalogue in Redis. The `heavy` pool weighs 1000
+    and the other 1, so the test's project lands in the heavy one (its DLQs with it)."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    catalogue = RedisCatalogue.from_url(redis_url, namespace=namespace)
+    for name, uri in (("redis", redis_url), ("mongo", mongodb_uri)):
+        weight = 1000 if name == heavy else 1
+        await catalogue.put_pool(Pool(name, uri, weight=weight, options={"namespace": namespace}))
+    store = PooledStore(catalogue, namespace=namespace, clock=clock)
+    yield store
+    for driver in store.opened().values():
+        if isinstance(driver, MongoStore):
+            await driver.drop_collections()
+    await store.aclose()
+
+
+@pytest.fixture
+async def pooled_redis(redis_url: str, mongodb_uri: str, clock: ManualClock) -> AsyncIterator[PooledStore]:
+    async for store in pooled(redis_url, mongodb_uri, clock, heavy="redis"):
+        yield store
+
+
+@pytest.fixture
+async def pooled_mongo(redis_url: str, mongodb_uri: str, clock: ManualClock) -> AsyncIterator[PooledStore]:
+    async for store in pooled(redis_url, mongodb_uri, clock, heavy="mongo"):
+        yield store
+
+
 @pytest.fixture(
     params=[
         pytest.param("redis_store", id="redis"),
         pytest.param("mongo_store", id="mongo"),
         pytest.param("cluster_store", id="cluster"),
+        pytest.param("pooled_redis", id="pooled-redis"),
+        pytest.param("pooled_mongo", id="pooled-mongo"),
     ]
 )
 def store(request: pytest.FixtureRequest) -> Store:
@@ -123,7 +158,9 @@ def store(request: pytest.FixtureRequest) -> Store:
 def scale(store: Store) -> float:
     """The share of a load test's full size to run: SecantusDB is a Python server, two orders of magnitude
     slower than mongod under contention, so load tests on it run at a tenth (in full on a real mongod)."""
-    if isinstance(store, MongoStore) and not os.environ.get("MONGODB_URI"):
+    if isinstance(store, MongoStore | PooledStore) and not os.environ.get(
+        "MONGODB_URI"
+    ):  # a pooled one: both
         return 0.1
     return 1.0
 

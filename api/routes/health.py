@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from api.deps import StoreDep
 from api.render import json_response
+from api.routes.admin import is_admin
 from api.schemas import HealthOut
 from core.errors import StorageUnavailable
+from storage.pooling.store import PooledStore
 
 router = APIRouter(tags=["service"])
 
@@ -87,9 +89,28 @@ async def ping(store: StoreDep) -> Response:
     summary="Storage status",
     responses={503: {"description": "The storage does not answer."}},
 )
-async def health(store: StoreDep) -> Response:
+async def health(store: StoreDep, request: Request) -> Response:
+    """Zaqar's health: whether the storage answers; with pooling, an admin also sees the catalogue and each
+    pool."""
+    if isinstance(store, PooledStore) and is_admin(request):
+        return await _pooled_health(store)
     try:
         await store.ping()
     except StorageUnavailable:
         return json_response({"storage_reachable": False}, status_code=503)
     return json_response({"storage_reachable": True})
+
+
+async def _pooled_health(store: PooledStore) -> Response:
+    try:
+        await store.catalogue.ping()
+        pools = await store.pool_health()
+    except StorageUnavailable:
+        return json_response({"storage_reachable": False, "catalog_reachable": False}, status_code=503)
+    healthy = all(pools.values())
+    body = {
+        "storage_reachable": healthy,
+        "catalog_reachable": True,
+        "pools": {name: {"storage_reachable": ok} for name, ok in pools.items()},
+    }
+    return json_response(body, status_code=200 if healthy else 503)

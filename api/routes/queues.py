@@ -80,7 +80,7 @@ async def _write_checked(
     write landed in the project in between: then all again. No lost update, and the DLQ cycle check always
     sees what the write lands on. Returns the metadata written and what `write` returned."""
     for _ in range(METADATA_WRITE_ATTEMPTS):
-        version = await store.metadata_version(q.project)
+        version = await store.metadata_version(q)
         metadata = await metadata_now()
         policy = await _checked(q, metadata, limits, store)
         with contextlib.suppress(MetadataChanged):

@@ -23,7 +23,6 @@ import orjson
 import pymongo
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.mongo_client import AsyncMongoClient
-from pymongo.errors import ConnectionFailure, PyMongoError
 
 from core.clock import Clock, SystemClock
 from core.errors import ClaimMismatch, ClaimNotFound, PayloadTooLarge, StorageUnavailable
@@ -43,6 +42,7 @@ from core.models import (
 )
 from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import counter_key, ensure_queue, insert_in_order
+from storage.mongodb.errors import unavailable_as_domain_error
 from storage.mongodb.metadata import write_metadata
 from storage.mongodb.moves import dead_letter, housekeep
 from storage.mongodb.queries import Doc, claimable, held, held_by, listing, not_claimed
@@ -76,15 +76,9 @@ def _op(
     StorageUnavailable."""
 
     async def wrapper(self: MongoStore, *args: P.args, **kwargs: P.kwargs) -> R:
-        try:
+        async with unavailable_as_domain_error():
             await self._ready()
             return await method(self, *args, **kwargs)
-        except ConnectionFailure as exc:
-            raise StorageUnavailable(f"MongoDB is not reachable ({exc}).") from None
-        except PyMongoError as exc:
-            if not exc.timeout:
-                raise
-            raise StorageUnavailable(f"MongoDB did not answer in time ({exc}); try again.") from None
 
     return functools.wraps(method)(wrapper)  # type: ignore[return-value]  # wraps() loses the ParamSpec
 
@@ -108,12 +102,17 @@ class MongoStore:
     @classmethod
     def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> MongoStore:
         """The database is the URI's (mongodb://host/<db>), else "charon"; collections are `<namespace>.*`."""
+        client, database = cls.client_from_url(url)
+        return cls(client, database=database, namespace=namespace, clock=clock)
+
+    @staticmethod
+    def client_from_url(url: str) -> tuple[AsyncMongoClient[Doc], str]:
+        """The client and the URI's database (default "charon")."""
         options: dict[str, Any] = {}
         if "serverselectiontimeoutms" not in url.lower():
             options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
         client: AsyncMongoClient[Doc] = AsyncMongoClient(url, **options)
-        database = client.get_default_database(default="charon").name
-        return cls(client, database=database, namespace=namespace, clock=clock)
+        return client, client.get_default_database(default="charon").name
 
     @property
     def collections(self) -> Collections:
@@ -165,8 +164,8 @@ class MongoStore:
         return await self._transaction(create)
 
     @_op
-    async def metadata_version(self, project: str) -> int:
-        doc = await self._c.projects.find_one({"_id": project})
+    async def metadata_version(self, q: QueueRef) -> int:
+        doc = await self._c.projects.find_one({"_id": q.project})
         return int(doc["mver"]) if doc else 0
 
     @_op

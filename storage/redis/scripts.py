@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core import errors
 
@@ -64,3 +68,11 @@ async def run(script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         if mapped is None:
             raise
         raise mapped from None
+
+
+@asynccontextmanager
+async def unavailable_as_domain_error() -> AsyncIterator[None]:
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        raise errors.StorageUnavailable(f"Redis is not reachable ({exc}).") from None

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core.clock import Clock, SystemClock
-from core.errors import InvalidInput, StorageUnavailable
+from core.errors import InvalidInput
 from core.metadata import QueuePolicy
 from core.models import (
     Claim,
@@ -46,7 +43,7 @@ from storage.redis.keys import (
     sweeper_lease_key,
     touched_key,
 )
-from storage.redis.scripts import load_scripts, run
+from storage.redis.scripts import load_scripts, run, unavailable_as_domain_error
 
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
@@ -122,14 +119,6 @@ def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_vers
     ]
 
 
-@asynccontextmanager
-async def _unavailable_as_domain_error() -> AsyncIterator[None]:
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        raise StorageUnavailable(f"Redis is not reachable ({exc}).") from None
-
-
 class RedisStore:
     def __init__(
         self,
@@ -149,16 +138,17 @@ class RedisStore:
     def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> RedisStore:
         """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
         (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes."""
-        client: aioredis.Redis | aioredis.RedisCluster
+        return cls(cls.client_from_url(url), namespace=namespace, clock=clock)
+
+    @staticmethod
+    def client_from_url(url: str) -> aioredis.Redis | aioredis.RedisCluster:
         if urlsplit(url).scheme in CLUSTER_SCHEMES:
-            client = aioredis.RedisCluster(**_cluster_options(url), decode_responses=True)
-        else:
-            client = aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
-        return cls(client, namespace=namespace, clock=clock)
+            return aioredis.RedisCluster(**_cluster_options(url), decode_responses=True)
+        return aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
 
     async def _call(self, name: str, q: QueueRef, *args: Any) -> Any:
         qk = QueueKeys.of(self._namespace, q)
-        async with _unavailable_as_domain_error():
+        async with unavailable_as_domain_error():
             if q.project not in self._registered:  # for the sweeper's periodic full scan
                 await self._client.sadd(projects_key(self._namespace), q.project)
                 self._registered.add(q.project)
@@ -171,7 +161,7 @@ class RedisStore:
         out: list[Any] = await self._call(name, q, *args)
         lowered, *result = out
         if lowered:
-            async with _unavailable_as_domain_error():
+            async with unavailable_as_domain_error():
                 await self._client.sadd(touched_key(self._namespace), q.project)
         return result
 
@@ -187,13 +177,13 @@ class RedisStore:
     ) -> bool:
         return bool(await self._call("create_queue", q, *_policy_args(metadata, policy, expected_version)))
 
-    async def metadata_version(self, project: str) -> int:
-        async with _unavailable_as_domain_error():
-            raw = await self._client.get(f"{project_prefix(self._namespace, project)}mver")
+    async def metadata_version(self, q: QueueRef) -> int:
+        async with unavailable_as_domain_error():
+            raw = await self._client.get(f"{project_prefix(self._namespace, q.project)}mver")
         return int(raw or 0)
 
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
-        async with _unavailable_as_domain_error():
+        async with unavailable_as_domain_error():
             raw = await self._client.hget(QueueKeys.of(self._namespace, q).queue, "meta")
         return dict(orjson.loads(raw)) if raw else {}
 
@@ -212,7 +202,7 @@ class RedisStore:
     ) -> Page[QueueInfo]:
         prefix = project_prefix(self._namespace, project)
         start = f"({marker}" if marker else "-"
-        async with _unavailable_as_domain_error():
+        async with unavailable_as_domain_error():
             names = [str(n) for n in await self._client.zrangebylex(f"{prefix}queues", start, "+", 0, limit)]
             metas: list[str | None] = []
             if detailed and names:
@@ -365,7 +355,7 @@ class RedisStore:
         """
         now = self._clock.now_ms()
         ns = self._namespace
-        async with _unavailable_as_domain_error():
+        async with unavailable_as_domain_error():
             if lease_ms > 0 and not await self._client.set(
                 sweeper_lease_key(ns), self._lease_token, nx=True, px=lease_ms
             ):
@@ -445,7 +435,7 @@ class RedisStore:
     # -- service ------------------------------------------------------------------------------------------
 
     async def ping(self) -> None:
-        async with _unavailable_as_domain_error():
+        async with unavailable_as_domain_error():
             await self._client.ping()
 
     async def aclose(self) -> None:

@@ -1,0 +1,299 @@
+"""The admin API, as in Zaqar v2: pools (storage backends) and flavors (groups of pools). Admin role only."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from api.deps import LimitsDep, read_json, validate_body
+from api.render import json_response
+from api.schemas import ErrorOut, FlavorIn, FlavorOut, FlavorsPage, PoolIn, PoolOut, PoolPatch, PoolsPage
+from core.errors import Conflict, InvalidInput, NotAuthorized, NotFound, StorageUnavailable
+from core.limits import QUEUE_NAME_RE, check_page_limit
+from storage.base import Store
+from storage.pooling.catalogue import Flavor, Pool
+from storage.pooling.store import PooledStore, pool_namespace
+from storage.registry import open_store
+
+URI_CHECK_TIMEOUT_S = 10
+ADMIN_BODY_LIMIT = 65_536
+
+
+def is_admin(request: Request) -> bool:
+    """Admin mode is on and the caller's roles (settings.roles_header) include the admin role."""
+    settings = request.app.state.settings
+    roles = {r.strip().lower() for r in request.headers.get(settings.roles_header, "").split(",")}
+    return bool(settings.admin_mode) and settings.admin_role.lower() in roles
+
+
+def require_admin(request: Request) -> None:
+    """403 for everyone but admins, saying what is missing."""
+    settings = request.app.state.settings
+    if not settings.admin_mode:
+        raise NotAuthorized("The admin API is off; an operator turns it on with CHARON_ADMIN_MODE=true.")
+    if not is_admin(request):
+        raise NotAuthorized(
+            f"This call needs the {settings.admin_role!r} role ({settings.roles_header} header)."
+        )
+
+
+def pooled_store(request: Request) -> PooledStore:
+    store = request.app.state.store
+    if not isinstance(store, PooledStore):
+        raise Conflict(
+            "Pooling is off: the service stores every queue in CHARON_STORAGE_URI. Start it with "
+            "CHARON_POOLING=true (and CHARON_MANAGEMENT_URI) to manage pools and flavors."
+        )
+    return store
+
+
+PoolsDep = Annotated[PooledStore, Depends(pooled_store)]
+
+router = APIRouter(
+    tags=["admin"],
+    dependencies=[Depends(require_admin)],
+    responses={
+        400: {"model": ErrorOut},
+        403: {"model": ErrorOut},
+        409: {"model": ErrorOut},
+        503: {"model": ErrorOut},
+    },
+)
+
+
+def _body(model: type[Any]) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _page(items: list[Any], marker: str | None, limit: int) -> list[Any]:
+    return [i for i in items if marker is None or i.name > marker][:limit]
+
+
+def _links(path: str, page: list[Any], limit: int, **extra: str) -> list[dict[str, str]]:
+    if len(page) < limit:
+        return []
+    return [
+        {"rel": "next", "href": f"{path}?{urlencode({'marker': page[-1].name, 'limit': limit, **extra})}"}
+    ]
+
+
+# -- pools ---------------------------------------------------------------------------------------------------
+
+
+def _pool_out(pool: Pool, *, detailed: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": pool.name,
+        "href": f"/v2/pools/{pool.name}",
+        "uri": pool.uri,
+        "weight": pool.weight,
+        "flavor": pool.flavor,
+    }
+    if detailed:
+        out["options"] = pool.options
+    return out
+
+
+async def _check_reachable(pool: Pool, namespace: str) -> None:
+    """400 unless the pool's URI opens a driver that answers, so a typo never becomes a pool."""
+    store: Store = open_store(pool.uri, namespace=pool_namespace(pool, namespace))
+    try:
+        await asyncio.wait_for(store.ping(), URI_CHECK_TIMEOUT_S)
+    except (StorageUnavailable, TimeoutError) as exc:
+        reason = exc.description if isinstance(exc, StorageUnavailable) else "no answer in time"
+        raise InvalidInput(f"Pool {pool.name!r}: its uri does not answer ({reason}).") from None
+    finally:
+        await store.aclose()
+
+
+async def _flavor_exists(store: PooledStore, flavor: str | None) -> None:
+    if flavor is not None and await store.catalogue.get_flavor(flavor) is None:
+        raise InvalidInput(
+            f"Flavor {flavor!r} does not exist; create it first with PUT /v2/flavors/{flavor}."
+        )
+
+
+async def _existing_pool(store: PooledStore, name: str) -> Pool:
+    pool = await store.catalogue.get_pool(name)
+    if pool is None:
+        raise NotFound(f"Pool {name!r} does not exist.")
+    return pool
+
+
+@router.get("/v2/pools", response_model=PoolsPage, summary="List pools (admin)")
+async def list_pools(
+    store: PoolsDep,
+    limits: LimitsDep,
+    marker: Annotated[str | None, Query(description="Name of the last pool of the previous page.")] = None,
+    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
+    detailed: bool = False,
+) -> Response:
+    size = check_page_limit(limit if limit is not None else 10, limits)
+    page = _page(await store.catalogue.list_pools(), marker, size)
+    links = _links("/v2/pools", page, size, detailed=str(detailed).lower())
+    return json_response({"pools": [_pool_out(p, detailed=detailed) for p in page], "links": links})
+
+
+@router.put(
+    "/v2/pools/{pool_name}",
+    status_code=201,
+    summary="Register a pool (admin)",
+    openapi_extra=_body(PoolIn),
+)
+async def create_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
+    body = validate_body(PoolIn, (await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The pool"))[0])
+    pool = Pool(_name(pool_name, "pool"), body.uri, body.weight, body.flavor, body.options or {})
+    if await store.catalogue.get_pool(pool.name) is not None:
+        raise Conflict(f"Pool {pool.name!r} exists; change it with PATCH /v2/pools/{pool.name}.")
+    await _flavor_exists(store, pool.flavor)
+    await _check_reachable(pool, request.app.state.settings.namespace)
+    await store.catalogue.put_pool(pool)
+    return Response(status_code=201, headers={"Location": f"/v2/pools/{pool.name}"})
+
+
+@router.get("/v2/pools/{pool_name}", response_model=PoolOut, summary="Show a pool (admin)")
+async def get_pool(pool_name: str, store: PoolsDep, detailed: bool = False) -> Response:
+    return json_response(_pool_out(await _existing_pool(store, pool_name), detailed=detailed))
+
+
+@router.patch(
+    "/v2/pools/{pool_name}",
+    response_model=PoolOut,
+    summary="Change a pool's uri, weight, flavor or options (admin)",
+    openapi_extra=_body(PoolPatch),
+)
+async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
+    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The pool patch")
+    body = validate_body(PoolPatch, raw)
+    given = body.model_fields_set
+    if not given:
+        raise InvalidInput("A pool patch changes at least one of uri, weight, flavor, options.")
+    pool = await _existing_pool(store, pool_name)
+    changed = Pool(
+        pool.name,
+        body.uri if body.uri is not None else pool.uri,
+        body.weight if body.weight is not None else pool.weight,
+        body.flavor if "flavor" in given else pool.flavor,
+        (body.options or {}) if "options" in given else pool.options,
+    )
+    await _flavor_exists(store, changed.flavor)
+    if (changed.uri, changed.options) != (pool.uri, pool.options):
+        await _check_reachable(changed, request.app.state.settings.namespace)
+    await store.catalogue.put_pool(changed)
+    return json_response(_pool_out(changed, detailed=True))
+
+
+@router.delete("/v2/pools/{pool_name}", status_code=204, summary="Remove a pool that holds no queue (admin)")
+async def delete_pool(pool_name: str, store: PoolsDep) -> Response:
+    await store.catalogue.delete_pool(pool_name)
+    return Response(status_code=204)
+
+
+# -- flavors -------------------------------------------------------------------------------------------------
+
+
+async def _flavor_out(flavor: Flavor, pools: list[Pool]) -> dict[str, Any]:
+    return {
+        "name": flavor.name,
+        "href": f"/v2/flavors/{flavor.name}",
+        "pool_list": [p.name for p in pools if p.flavor == flavor.name],
+        "capabilities": flavor.capabilities,
+    }
+
+
+async def _set_pool_list(store: PooledStore, flavor: str, pool_list: list[str]) -> None:
+    """Put exactly the pools of `pool_list` in `flavor` (each must exist); others in it leave it."""
+    pools = {p.name: p for p in await store.catalogue.list_pools()}
+    missing = sorted(set(pool_list) - set(pools))
+    if missing:
+        raise InvalidInput(f"pool_list names pools that do not exist: {', '.join(missing)}.")
+    for pool in pools.values():
+        wanted = flavor if pool.name in pool_list else (None if pool.flavor == flavor else pool.flavor)
+        if wanted != pool.flavor:
+            await store.catalogue.put_pool(Pool(pool.name, pool.uri, pool.weight, wanted, pool.options))
+
+
+@router.get("/v2/flavors", response_model=FlavorsPage, summary="List flavors (admin)")
+async def list_flavors(
+    store: PoolsDep,
+    limits: LimitsDep,
+    marker: Annotated[str | None, Query(description="Name of the last flavor of the previous page.")] = None,
+    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
+) -> Response:
+    size = check_page_limit(limit if limit is not None else 10, limits)
+    page = _page(await store.catalogue.list_flavors(), marker, size)
+    pools = await store.catalogue.list_pools()
+    flavors = [await _flavor_out(f, pools) for f in page]
+    return json_response({"flavors": flavors, "links": _links("/v2/flavors", page, size)})
+
+
+@router.put(
+    "/v2/flavors/{flavor_name}",
+    status_code=201,
+    summary="Create a flavor, optionally putting pools in it (admin)",
+    openapi_extra=_body(FlavorIn),
+)
+async def create_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
+    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
+    body = validate_body(FlavorIn, raw if raw is not None else {})
+    name = _name(flavor_name, "flavor")
+    if await store.catalogue.get_flavor(name) is not None:
+        raise Conflict(f"Flavor {name!r} exists; change it with PATCH /v2/flavors/{name}.")
+    await store.catalogue.put_flavor(Flavor(name, body.capabilities or {}))
+    if body.pool_list is not None:
+        await _set_pool_list(store, name, body.pool_list)
+    return Response(status_code=201, headers={"Location": f"/v2/flavors/{name}"})
+
+
+async def _existing_flavor(store: PooledStore, name: str) -> Flavor:
+    flavor = await store.catalogue.get_flavor(name)
+    if flavor is None:
+        raise NotFound(f"Flavor {name!r} does not exist.")
+    return flavor
+
+
+@router.get("/v2/flavors/{flavor_name}", response_model=FlavorOut, summary="Show a flavor (admin)")
+async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
+    flavor = await _existing_flavor(store, flavor_name)
+    return json_response(await _flavor_out(flavor, await store.catalogue.list_pools()))
+
+
+@router.patch(
+    "/v2/flavors/{flavor_name}",
+    response_model=FlavorOut,
+    summary="Change a flavor's pools or capabilities (admin)",
+    openapi_extra=_body(FlavorIn),
+)
+async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
+    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The flavor patch")
+    body = validate_body(FlavorIn, raw)
+    if not body.model_fields_set:
+        raise InvalidInput("A flavor patch changes at least one of pool_list, capabilities.")
+    flavor = await _existing_flavor(store, flavor_name)
+    if body.capabilities is not None:
+        flavor = Flavor(flavor.name, body.capabilities)
+        await store.catalogue.put_flavor(flavor)
+    if body.pool_list is not None:
+        await _set_pool_list(store, flavor.name, body.pool_list)
+    return json_response(await _flavor_out(flavor, await store.catalogue.list_pools()))
+
+
+@router.delete(
+    "/v2/flavors/{flavor_name}",
+    status_code=204,
+    summary="Delete a flavor; its pools become flavorless (admin)",
+)
+async def delete_flavor(flavor_name: str, store: PoolsDep) -> Response:
+    if await store.catalogue.get_flavor(flavor_name) is not None:
+        await _set_pool_list(store, flavor_name, [])
+        await store.catalogue.delete_flavor(flavor_name)
+    return Response(status_code=204)
+
+
+def _name(name: str, what: str) -> str:
+    if not QUEUE_NAME_RE.match(name):
+        raise InvalidInput(f"A {what} name is 1 to 64 letters, digits, '_', '-' or '.'; got {name!r}.")
+    return name

@@ -1,0 +1,1 @@
+"""Pools: several storage backends behind one API (catalogue.py, store.py)."""

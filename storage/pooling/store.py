@@ -1,0 +1,373 @@
+"""PooledStore: the Store protocol over many pools, each queue routed to the pool the catalogue places it in.
+
+The API layer sees one Store and never learns about pools. Each call looks up the queue's pool and hands
+the call to that pool's driver, so every atomicity promise is the driver's own: a queue and its DLQ share a
+pool, and a dead-letter move stays one step in one backend.
+
+- Placement happens at a queue's first write (create, metadata, post): in its DLQ's pool when its metadata
+  names a DLQ that is placed already, else in a pool of its `_flavor` (or a flavorless pool), chosen by
+  weighted rendezvous hashing of its project (rendezvous_score); a pool of weight 0 takes no new queue.
+- Naming a DLQ places it in the source's pool when it has none yet; a DLQ already placed in another pool is
+  refused with 400, naming both pools.
+- A queue never placed reads as empty, as in one store (queues are lazy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.clock import Clock, SystemClock
+from core.errors import ClaimNotFound, InvalidInput, StorageUnavailable
+from core.metadata import DEAD_LETTER_QUEUE, FLAVOR, QueuePolicy
+from core.models import (
+    Claim,
+    ClaimId,
+    ClaimResult,
+    Message,
+    MessageId,
+    NewMessage,
+    Page,
+    QueueInfo,
+    QueueRef,
+    QueueStats,
+)
+from storage.base import Store
+from storage.pooling.catalogue import Catalogue, Pool
+from storage.registry import open_store
+
+POOL_REFRESH_S = 5.0  # how long a pool's definition (its URI) is trusted before it is read again
+PLACE_ATTEMPTS = 5  # a chosen pool can vanish before the placement lands; choose again this often
+
+
+@dataclass(slots=True)
+class _Open:
+    pool: Pool
+    store: Store
+    checked: float
+
+
+def no_claim(claim_id: ClaimId) -> ClaimNotFound:
+    return ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+
+
+class PooledStore:
+    def __init__(
+        self, catalogue: Catalogue, *, namespace: str = "charon", clock: Clock | None = None
+    ) -> None:
+        self.catalogue = catalogue
+        self._namespace = namespace
+        self._clock = clock or SystemClock()
+        self._open: dict[str, _Open] = {}
+        self._retired: list[Store] = []
+
+    # -- pools ---------------------------------------------------------------------------------------------
+
+    async def pool_store(self, name: str) -> Store:
+        """The driver of pool `name`, opened on first use and reopened when the pool's URI changes."""
+        entry = self._open.get(name)
+        if entry is not None and time.monotonic() - entry.checked < POOL_REFRESH_S:
+            return entry.store
+        pool = await self.catalogue.get_pool(name)
+        entry = self._open.get(name)  # another request may have opened it meanwhile
+        if pool is None:
+            if entry is not None:  # being deleted, which it refuses while queues are placed in it
+                return entry.store
+            raise StorageUnavailable(f"Pool {name!r} holds this queue but is not in the pool catalogue.")
+        if entry is not None and (entry.pool.uri, entry.pool.options) == (pool.uri, pool.options):
+            entry.checked = time.monotonic()
+            entry.pool = pool
+            return entry.store
+        store = open_store(pool.uri, namespace=pool_namespace(pool, self._namespace), clock=self._clock)
+        if entry is not None:
+            self._retired.append(entry.store)  # requests in flight may still use it; closed at aclose()
+        self._open[name] = _Open(pool, store, time.monotonic())
+        return store
+
+    def opened(self) -> dict[str, Store]:
+        """The pools' drivers this process has opened, by pool name."""
+        return {name: entry.store for name, entry in self._open.items()}
+
+    async def _route(self, q: QueueRef) -> Store | None:
+        name = await self.catalogue.lookup(q)
+        return None if name is None else await self.pool_store(name)
+
+    async def _choose(self, q: QueueRef, metadata: Mapping[str, Any]) -> str:
+        pools = await self.catalogue.list_pools()
+        flavor = metadata.get(FLAVOR)
+        if flavor is not None:
+            if await self.catalogue.get_flavor(flavor) is None:
+                raise InvalidInput(
+                    f"{FLAVOR} {flavor!r} is not a flavor of this service; GET /v2/flavors lists them."
+                )
+            candidates = [p for p in pools if p.flavor == flavor]
+        else:
+            candidates = [p for p in pools if p.flavor is None]
+        dlq = metadata.get(DEAD_LETTER_QUEUE)
+        if isinstance(dlq, str):
+            near = await self.catalogue.lookup(QueueRef(q.project, dlq))
+            if near is not None and (flavor is None or any(p.name == near for p in candidates)):
+                return near
+        weighted = [p for p in candidates if p.weight > 0]
+        if not weighted:
+            which = f"of flavor {flavor!r}" if flavor is not None else "without a flavor"
+            raise StorageUnavailable(
+                f"No pool {which} takes new queues: an operator must register one (PUT /v2/pools/{{name}}) "
+                "or raise a pool's weight above 0."
+            )
+        return max(weighted, key=lambda p: rendezvous_score(q.project, p)).name
+
+    async def _place(self, q: QueueRef, metadata: Mapping[str, Any]) -> str:
+        """The pool `q` is placed in, placing it now if it is not."""
+        current = await self.catalogue.lookup(q)
+        if current is not None:
+            return current
+        for _ in range(PLACE_ATTEMPTS):
+            placed = await self.catalogue.place(q, await self._choose(q, metadata))
+            if placed is not None:
+                return placed
+        raise StorageUnavailable(f"Queue {q.name!r} could not be placed: pools kept disappearing.")
+
+    async def _for_metadata(self, q: QueueRef, metadata: Mapping[str, Any], policy: QueuePolicy) -> Store:
+        """The driver a metadata write of `q` goes to, with its DLQ placed in the same pool."""
+        pool = await self._place(q, metadata)
+        if policy.dead_letter_queue is not None:
+            dlq = QueueRef(q.project, policy.dead_letter_queue)
+            dlq_pool = await self.catalogue.place(dlq, pool, referrer=q.name)
+            if dlq_pool is None:
+                raise StorageUnavailable(f"Pool {pool!r} was deleted while queue {q.name!r} was written.")
+            if dlq_pool != pool:
+                raise InvalidInput(
+                    f"{DEAD_LETTER_QUEUE} {dlq.name!r} lives in pool {dlq_pool!r} and queue {q.name!r} in "
+                    f"pool {pool!r}: a queue and its DLQ must share a pool, so that a move stays one atomic "
+                    f"step. Name a DLQ in pool {pool!r}, or one that does not exist yet (it is made there)."
+                )
+        return await self.pool_store(pool)
+
+    # -- queues --------------------------------------------------------------------------------------------
+
+    async def create_queue(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> bool:
+        store = await self._for_metadata(q, metadata, policy)
+        return await store.create_queue(
+            q, metadata=metadata, policy=policy, expected_version=expected_version
+        )
+
+    async def metadata_version(self, q: QueueRef) -> int:
+        """The version in q's pool; 0 while q is not placed. A write that then places q passes 0 on to the
+        pool, which matches only when no metadata was ever written in the project there: the DLQ check that
+        version guards read nothing but empty metadata in that pool, so it still holds."""
+        store = await self._route(q)
+        return 0 if store is None else await store.metadata_version(q)
+
+    async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
+        store = await self._route(q)
+        return {} if store is None else await store.get_metadata(q)
+
+    async def set_metadata(
+        self,
+        q: QueueRef,
+        *,
+        metadata: Mapping[str, Any],
+        policy: QueuePolicy,
+        expected_version: int | None = None,
+    ) -> None:
+        store = await self._for_metadata(q, metadata, policy)
+        await store.set_metadata(q, metadata=metadata, policy=policy, expected_version=expected_version)
+
+    async def list_queues(
+        self, project: str, *, marker: str | None, limit: int, detailed: bool
+    ) -> Page[QueueInfo]:
+        """Each pool's page, merged in name order; a queue a pool holds but the catalogue places elsewhere
+        (left behind by a post racing the queue's deletion) is not shown."""
+        pools = await self._each_pool()
+        pages = await asyncio.gather(
+            *(store.list_queues(project, marker=marker, limit=limit, detailed=detailed) for _, store in pools)
+        )
+        found = sorted(
+            ((info, name) for (name, _), page in zip(pools, pages, strict=True) for info in page.items),
+            key=lambda pair: pair[0].name,
+        )[:limit]
+        placed = await asyncio.gather(*(self.catalogue.lookup(QueueRef(project, i.name)) for i, _ in found))
+        infos = [info for (info, pool), where in zip(found, placed, strict=True) if where == pool]
+        return Page(items=infos, next_marker=found[-1][0].name if found else None)
+
+    async def delete_queue(self, q: QueueRef) -> None:
+        """Delete the queue in its pool, then its placement, unless some queue still names it as DLQ (its
+        next move must land where the catalogue says the DLQ lives)."""
+        store = await self._route(q)
+        if store is None:
+            return
+        await store.delete_queue(q)
+        stale = {}
+        for referrer, token in (await self.catalogue.referrers(q)).items():
+            if (await self.get_metadata(QueueRef(q.project, referrer))).get(DEAD_LETTER_QUEUE) != q.name:
+                stale[referrer] = token
+        await self.catalogue.unplace(q, stale=stale)
+
+    async def purge(self, q: QueueRef) -> None:
+        store = await self._route(q)
+        if store is not None:
+            await store.purge(q)
+
+    async def stats(self, q: QueueRef) -> QueueStats:
+        store = await self._route(q)
+        return QueueStats(free=0, claimed=0, total=0) if store is None else await store.stats(q)
+
+    # -- messages ------------------------------------------------------------------------------------------
+
+    async def post_messages(
+        self,
+        q: QueueRef,
+        messages: Sequence[NewMessage],
+        *,
+        client_id: str,
+        default_ttl: int,
+        default_delay: int,
+        body_size: int,
+    ) -> list[MessageId]:
+        store = await self.pool_store(await self._place(q, {}))
+        return await store.post_messages(
+            q,
+            messages,
+            client_id=client_id,
+            default_ttl=default_ttl,
+            default_delay=default_delay,
+            body_size=body_size,
+        )
+
+    async def list_messages(
+        self,
+        q: QueueRef,
+        *,
+        marker: int | None,
+        limit: int,
+        echo: bool,
+        client_id: str,
+        include_claimed: bool,
+        include_delayed: bool,
+    ) -> Page[Message]:
+        store = await self._route(q)
+        if store is None:
+            return Page(items=[], next_marker=None)
+        return await store.list_messages(
+            q,
+            marker=marker,
+            limit=limit,
+            echo=echo,
+            client_id=client_id,
+            include_claimed=include_claimed,
+            include_delayed=include_delayed,
+        )
+
+    async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
+        store = await self._route(q)
+        return [] if store is None else await store.get_messages(q, ids)
+
+    async def delete_message(self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId | None) -> None:
+        store = await self._route(q)
+        if store is not None:
+            await store.delete_message(q, message_id, claim_id=claim_id)
+
+    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
+        store = await self._route(q)
+        if store is not None:
+            await store.delete_messages(q, ids)
+
+    async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
+        store = await self._route(q)
+        return [] if store is None else await store.pop_messages(q, limit=limit)
+
+    # -- claims --------------------------------------------------------------------------------------------
+
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+        store = await self._route(q)
+        if store is None:
+            return ClaimResult(claim=None)
+        return await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+
+    async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
+        store = await self._route(q)
+        if store is None:
+            raise no_claim(claim_id)
+        return await store.get_claim(q, claim_id)
+
+    async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
+        store = await self._route(q)
+        if store is None:
+            raise no_claim(claim_id)
+        await store.renew_claim(q, claim_id, ttl=ttl, grace=grace)
+
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
+        store = await self._route(q)
+        if store is not None:
+            await store.release_claim(q, claim_id)
+
+    # -- service -------------------------------------------------------------------------------------------
+
+    async def _each_pool(self) -> list[tuple[str, Store]]:
+        return [(pool.name, await self.pool_store(pool.name)) for pool in await self.catalogue.list_pools()]
+
+    async def sweep(self, *, lease_ms: int = 0) -> int | None:
+        """Sweep every pool (each under its own lease); an unreachable pool does not stop the others."""
+        results: list[int | BaseException | None] = await asyncio.gather(
+            *(store.sweep(lease_ms=lease_ms) for _, store in await self._each_pool()), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        counts = [r for r in results if isinstance(r, int)]
+        return sum(counts) if counts or not results else None
+
+    async def ping(self) -> None:
+        await self.catalogue.ping()
+        for _, store in await self._each_pool():
+            await store.ping()
+
+    async def pool_health(self) -> dict[str, bool]:
+        """Whether each pool answers, by name (the admin's detailed health)."""
+
+        async def reachable(store: Store) -> bool:
+            try:
+                await store.ping()
+            except StorageUnavailable:
+                return False
+            return True
+
+        pools = await self._each_pool()
+        answers = await asyncio.gather(*(reachable(store) for _, store in pools))
+        return {name: ok for (name, _), ok in zip(pools, answers, strict=True)}
+
+    async def aclose(self) -> None:
+        for store in [*self.opened().values(), *self._retired]:
+            await store.aclose()
+        self._open.clear()
+        self._retired.clear()
+        await self.catalogue.aclose()
+
+
+def rendezvous_score(project: str, pool: Pool) -> float:
+    """Weighted rendezvous hashing: the pool with the highest score takes the project's new queues. Every
+    process picks the same pool without asking anyone, a project's queues (and so its DLQ chains) land
+    together, each pool gets projects in proportion to its weight, and a pool added or removed moves only
+    the projects that pick it."""
+    digest = hashlib.blake2b(f"{project}\x00{pool.name}".encode(), digest_size=8).digest()
+    unit = (int.from_bytes(digest, "big") + 1) / (2**64 + 1)  # in (0, 1)
+    return pool.weight / -math.log(unit)
+
+
+def pool_namespace(pool: Pool, default: str) -> str:
+    """A pool's key/collection prefix: its `namespace` option, else the service's."""
+    value = pool.options.get("namespace")
+    return value if isinstance(value, str) and value else default
