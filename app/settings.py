@@ -16,6 +16,7 @@ class Settings(BaseSettings):
     storage_uri: str | None = Field(
         None,
         description="redis://host:port/db, rediss://... or unix:///path.sock for Redis; "
+        "redis+cluster://host:port,host:port for a Redis Cluster; "
         "mongodb://host:port/db?replicaSet=rs0 or mongodb+srv://... for MongoDB (a replica set or sharded "
         "cluster; the database defaults to `charon`). Unset: an embedded redis-server is started under "
         "data_dir and stopped with the service.",
