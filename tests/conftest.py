@@ -122,6 +122,11 @@ async def pooled(
         await catalogue.put_pool(Pool(name, uri, weight=weight, options={"namespace": namespace}))
     store = PooledStore(catalogue, namespace=namespace, clock=clock)
     yield store
+    await close_pooled(store)
+
+
+async def close_pooled(store: PooledStore) -> None:
+    """Drop what a test left in its MongoDB pools (Redis namespaces are per test), then close every pool."""
     for driver in store.opened().values():
         if isinstance(driver, MongoStore):
             await driver.drop_collections()

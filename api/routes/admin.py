@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel
 
 from api.deps import LimitsDep, read_json, validate_body
 from api.render import json_response
@@ -17,6 +18,8 @@ from storage.base import Store
 from storage.pooling.catalogue import Flavor, Pool
 from storage.pooling.store import PooledStore, pool_namespace
 from storage.registry import open_store
+
+M = TypeVar("M", bound=BaseModel)
 
 URI_CHECK_TIMEOUT_S = 10
 ADMIN_BODY_LIMIT = 65_536
@@ -79,6 +82,15 @@ def _links(path: str, page: list[Any], limit: int, **extra: str) -> list[dict[st
     return [
         {"rel": "next", "href": f"{path}?{urlencode({'marker': page[-1].name, 'limit': limit, **extra})}"}
     ]
+
+
+async def _patch_body(request: Request, model: type[M], what: str) -> M:
+    """The validated PATCH body; 400 when it changes nothing."""
+    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what=f"The {what} patch")
+    body = validate_body(model, raw)
+    if not body.model_fields_set:
+        raise InvalidInput(f"A {what} patch changes at least one of {', '.join(model.model_fields)}.")
+    return body
 
 
 # -- pools ---------------------------------------------------------------------------------------------------
@@ -166,11 +178,8 @@ async def get_pool(pool_name: str, store: PoolsDep, detailed: bool = False) -> R
     openapi_extra=_body(PoolPatch),
 )
 async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
-    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The pool patch")
-    body = validate_body(PoolPatch, raw)
+    body = await _patch_body(request, PoolPatch, "pool")
     given = body.model_fields_set
-    if not given:
-        raise InvalidInput("A pool patch changes at least one of uri, weight, flavor, options.")
     pool = await _existing_pool(store, pool_name)
     changed = Pool(
         pool.name,
@@ -195,7 +204,7 @@ async def delete_pool(pool_name: str, store: PoolsDep) -> Response:
 # -- flavors -------------------------------------------------------------------------------------------------
 
 
-async def _flavor_out(flavor: Flavor, pools: list[Pool]) -> dict[str, Any]:
+def _flavor_out(flavor: Flavor, pools: list[Pool]) -> dict[str, Any]:
     return {
         "name": flavor.name,
         "href": f"/v2/flavors/{flavor.name}",
@@ -226,7 +235,7 @@ async def list_flavors(
     size = check_page_limit(limit if limit is not None else 10, limits)
     page = _page(await store.catalogue.list_flavors(), marker, size)
     pools = await store.catalogue.list_pools()
-    flavors = [await _flavor_out(f, pools) for f in page]
+    flavors = [_flavor_out(f, pools) for f in page]
     return json_response({"flavors": flavors, "links": _links("/v2/flavors", page, size)})
 
 
@@ -258,7 +267,7 @@ async def _existing_flavor(store: PooledStore, name: str) -> Flavor:
 @router.get("/v2/flavors/{flavor_name}", response_model=FlavorOut, summary="Show a flavor (admin)")
 async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
     flavor = await _existing_flavor(store, flavor_name)
-    return json_response(await _flavor_out(flavor, await store.catalogue.list_pools()))
+    return json_response(_flavor_out(flavor, await store.catalogue.list_pools()))
 
 
 @router.patch(
@@ -268,17 +277,14 @@ async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
     openapi_extra=_body(FlavorIn),
 )
 async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
-    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The flavor patch")
-    body = validate_body(FlavorIn, raw)
-    if not body.model_fields_set:
-        raise InvalidInput("A flavor patch changes at least one of pool_list, capabilities.")
+    body = await _patch_body(request, FlavorIn, "flavor")
     flavor = await _existing_flavor(store, flavor_name)
     if body.capabilities is not None:
         flavor = Flavor(flavor.name, body.capabilities)
         await store.catalogue.put_flavor(flavor)
     if body.pool_list is not None:
         await _set_pool_list(store, flavor.name, body.pool_list)
-    return json_response(await _flavor_out(flavor, await store.catalogue.list_pools()))
+    return json_response(_flavor_out(flavor, await store.catalogue.list_pools()))
 
 
 @router.delete(

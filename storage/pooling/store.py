@@ -6,7 +6,7 @@ pool, and a dead-letter move stays one step in one backend.
 
 - Placement happens at a queue's first write (create, metadata, post): in its DLQ's pool when its metadata
   names a DLQ that is placed already, else in a pool of its `_flavor` (or a flavorless pool), chosen by
-  weighted rendezvous hashing of its project (rendezvous_score); a pool of weight 0 takes no new queue.
+  weighted rendezvous hashing of its project (home_pool); a pool of weight 0 takes no new queue.
 - Naming a DLQ places it in the source's pool when it has none yet; a DLQ already placed in another pool is
   refused with 400, naming both pools.
 - A queue never placed reads as empty, as in one store (queues are lazy).
@@ -120,7 +120,7 @@ class PooledStore:
                 f"No pool {which} takes new queues: an operator must register one (PUT /v2/pools/{{name}}) "
                 "or raise a pool's weight above 0."
             )
-        return max(weighted, key=lambda p: rendezvous_score(q.project, p)).name
+        return home_pool(q.project, weighted).name
 
     async def _place(self, q: QueueRef, metadata: Mapping[str, Any]) -> str:
         """The pool `q` is placed in, placing it now if it is not."""
@@ -355,6 +355,11 @@ class PooledStore:
         self._open.clear()
         self._retired.clear()
         await self.catalogue.aclose()
+
+
+def home_pool(project: str, pools: Sequence[Pool]) -> Pool:
+    """The pool of `pools` that takes `project`'s new queues: the highest rendezvous_score."""
+    return max(pools, key=lambda p: rendezvous_score(project, p))
 
 
 def rendezvous_score(project: str, pool: Pool) -> float:

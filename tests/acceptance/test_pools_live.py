@@ -14,7 +14,7 @@ import pytest
 
 from core.models import QueueRef
 from storage.pooling.catalogue import Pool
-from storage.pooling.store import rendezvous_score
+from storage.pooling.store import home_pool
 from storage.registry import open_store
 from tests.conftest import CLIENT_ID
 from tests.servers import CharonProcess, RedisServer
@@ -30,7 +30,7 @@ def three_projects_per_pool() -> list[str]:
     chosen: dict[str, list[str]] = {name: [] for name in POOL_NAMES}
     for i in range(1000):
         project = f"tenant-{i}"
-        home = max(pools, key=lambda p: rendezvous_score(project, p)).name
+        home = home_pool(project, pools).name
         if len(chosen[home]) < 3:
             chosen[home].append(project)
     return sorted(p for names in chosen.values() for p in names)

@@ -15,13 +15,12 @@ from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from core.models import QueueRef
-from storage.mongodb.store import MongoStore
 from storage.pooling.catalogue import Pool
 from storage.pooling.redis_catalogue import RedisCatalogue
-from storage.pooling.store import PooledStore, rendezvous_score
+from storage.pooling.store import PooledStore, home_pool
 from storage.redis.store import RedisStore
 from storage.registry import open_store
-from tests.conftest import CLIENT_ID, api_client
+from tests.conftest import CLIENT_ID, api_client, close_pooled
 from tests.servers import RedisServer
 
 ADMIN = {"X-Roles": "member, admin"}
@@ -46,10 +45,7 @@ async def pooled(redis_url: str, namespace: str, clock: ManualClock) -> AsyncIte
         RedisCatalogue.from_url(redis_url, namespace=namespace), namespace=namespace, clock=clock
     )
     yield store
-    for driver in store.opened().values():
-        if isinstance(driver, MongoStore):
-            await driver.drop_collections()
-    await store.aclose()
+    await close_pooled(store)
 
 
 @pytest.fixture
@@ -78,7 +74,7 @@ def project_in(pool: str, pools: list[Pool]) -> str:
     """A project whose queues the rendezvous hash places in `pool`."""
     for i in range(1000):
         project = f"p{i}"
-        if max(pools, key=lambda p: rendezvous_score(project, p)).name == pool:
+        if home_pool(project, pools).name == pool:
             return project
     raise AssertionError(f"no project lands in {pool}")
 
