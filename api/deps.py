@@ -8,9 +8,11 @@ import orjson
 from fastapi import Depends, Header, Path, Query, Request
 from pydantic import BaseModel, ValidationError
 
+from app.redrive import RedriveRunner
 from core.clock import Clock
 from core.errors import InvalidBody, PayloadTooLarge
 from core.limits import Limits, check_client_id, check_project, check_queue_name
+from core.metadata import DeadLetterDefaults
 from core.models import QueueRef
 from storage.base import Store
 
@@ -30,6 +32,16 @@ def get_limits(request: Request) -> Limits:
 def get_clock(request: Request) -> Clock:
     clock: Clock = request.app.state.clock
     return clock
+
+
+def get_defaults(request: Request) -> DeadLetterDefaults:
+    defaults: DeadLetterDefaults = request.app.state.defaults
+    return defaults
+
+
+def get_redrive(request: Request) -> RedriveRunner:
+    runner: RedriveRunner = request.app.state.redrive
+    return runner
 
 
 def show_provenance(
@@ -69,6 +81,8 @@ ProjectDep = Annotated[str, Depends(project_id)]
 ClientIdDep = Annotated[str, Depends(client_id)]
 QueueDep = Annotated[QueueRef, Depends(queue_ref)]
 ProvenanceDep = Annotated[bool, Depends(show_provenance)]
+DefaultsDep = Annotated[DeadLetterDefaults, Depends(get_defaults)]
+RedriveDep = Annotated[RedriveRunner, Depends(get_redrive)]
 
 
 async def read_json(request: Request, *, max_size: int, what: str) -> tuple[Any, int]:

@@ -38,7 +38,16 @@ def message(m: Message, now_ms: int, *, provenance: bool = True) -> dict[str, An
             "claim_count": d.claim_count,
             "dead_lettered_at": iso(d.dead_lettered_at_ms),
             "first_enqueued_at": iso(d.first_enqueued_at_ms),
+            "redrive_count": d.redrive_count,
         }
+        if d.rejection is not None:
+            out["dead_letter"]["rejection"] = {
+                k: v
+                for k, v in (("reason", d.rejection.reason), ("description", d.rejection.description))
+                if v
+            }
+    if not m.dead_letter_eligible and provenance:  # EXT fields only with provenance (zaqarclient)
+        out["dead_letter_eligible"] = False
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 
 class _In(BaseModel):
@@ -15,6 +15,11 @@ class MessageIn(_In):
     body: Any = Field(..., description="Any JSON value.")
     ttl: StrictInt | None = Field(None, description="Seconds the message lives; the queue default if absent.")
     delay: StrictInt | None = Field(None, description="Seconds before the message can be claimed.")
+    dead_letter_eligible: StrictBool = Field(
+        True,
+        description="False: where the message would move to a DLQ (claims used up, expiry with "
+        "`_dead_letter_on_expiry`, rejection) it is discarded and counted instead (Solace's DMQ-eligible).",
+    )
 
 
 class PostMessagesIn(_In):
@@ -24,6 +29,30 @@ class PostMessagesIn(_In):
 class ClaimIn(_In):
     ttl: StrictInt | None = Field(None, description="Seconds the claim lasts.")
     grace: StrictInt | None = Field(None, description="Seconds the claimed messages outlive the claim.")
+
+
+class RejectIn(_In):
+    reason: str | None = Field(None, max_length=256, description="Why the consumer gave up on the message.")
+    description: str | None = Field(None, max_length=4096, description="More detail, e.g. the error text.")
+
+
+class RedriveFilter(_In):
+    source_queue: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    reason: Literal["max_claims", "expired", "rejected"] | None = None
+    dead_lettered_after: AwareDatetime | None = Field(None, description="ISO 8601 with a zone, e.g. ...Z.")
+    dead_lettered_before: AwareDatetime | None = None
+
+
+class RedriveIn(_In):
+    destination: str | None = Field(
+        None,
+        pattern=r"^[a-zA-Z0-9_.-]{1,64}$",
+        description="Where to move the messages; default: each one back to its `source_queue`.",
+    )
+    filter: RedriveFilter | None = None
+    limit: StrictInt | None = Field(None, ge=1, le=10**9, description="Most messages to move.")
+    max_per_second: StrictInt | None = Field(None, ge=1, le=10_000, description="Moves a second at most.")
+    dry_run: StrictBool = Field(False, description="Count and sample what would move; move nothing.")
 
 
 class PurgeIn(_In):
@@ -64,6 +93,8 @@ class FlavorIn(_In):
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     PostMessagesIn,
+    RejectIn,
+    RedriveIn,
     ClaimIn,
     PurgeIn,
     PatchOp,
@@ -78,12 +109,19 @@ class Link(BaseModel):
     href: str
 
 
+class RejectionOut(BaseModel):
+    reason: str | None = None
+    description: str | None = None
+
+
 class DeadLetterOut(BaseModel):
     source_queue: str
     reason: Literal["max_claims", "expired", "rejected"]
     claim_count: int
     dead_lettered_at: str
     first_enqueued_at: str
+    redrive_count: int = Field(..., description="Times a redrive moved the message out of a DLQ.")
+    rejection: RejectionOut | None = Field(None, description="For reason `rejected`: what the consumer gave.")
 
 
 class MessageOut(BaseModel):
@@ -93,7 +131,10 @@ class MessageOut(BaseModel):
     age: int
     body: Any
     claim_count: int
-    dead_letter: DeadLetterOut | None = Field(None, description="Only on dead-lettered messages (EXT).")
+    dead_letter: DeadLetterOut | None = Field(
+        None, description="Only on dead-lettered (and redriven) messages (EXT)."
+    )
+    dead_letter_eligible: bool | None = Field(None, description="Shown (false) only when posted so.")
 
 
 class MessagesPage(BaseModel):
@@ -188,6 +229,43 @@ class FlavorsPage(BaseModel):
     links: list[Link]
 
 
+class RejectOut(BaseModel):
+    outcome: Literal["moved", "discarded"]
+
+
+class RedriveProgress(BaseModel):
+    scanned: int
+    moved: int
+    skipped: int = Field(..., description="Matched but claimed, or with nowhere to go.")
+
+
+class RedriveTaskOut(BaseModel):
+    id: str
+    href: str
+    queue: str
+    status: Literal["running", "succeeded", "cancelled"]
+    created: str
+    updated: str
+    request: dict[str, Any]
+    progress: RedriveProgress
+
+
+class RedrivePreviewOut(BaseModel):
+    dry_run: Literal[True]
+    scanned: int
+    matched: int
+    would_move: int
+    claimed: int = Field(..., description="Matched but claimed now: a redrive would skip them.")
+    by_source_queue: dict[str, int]
+    by_reason: dict[str, int]
+    sample: list[MessageOut]
+    complete: bool = Field(..., description="False when the scan stopped at its cap before the DLQ's end.")
+
+
 class ErrorOut(BaseModel):
     title: str
     description: str
+
+
+# Documented by hand in openapi.yaml's components (a response some route answers besides its model).
+REQUEST_MODELS += (RedrivePreviewOut,)

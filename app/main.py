@@ -12,9 +12,10 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.errors import register_error_handlers
-from api.routes import admin, claims, health, messages, queues
+from api.routes import admin, claims, health, messages, queues, redrive
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
+from app.redrive import RedriveRunner
 from app.settings import Settings
 from app.sweeper import run_sweeper
 from core.clock import Clock, SystemClock
@@ -33,18 +34,22 @@ def create_app(
     settings = settings or Settings()
     clock = clock or SystemClock()
 
+    defaults = settings.dead_letter_defaults()
+
     @asynccontextmanager
     async def sweeping(active: Store) -> AsyncIterator[None]:
-        if settings.sweep_interval == 0:
-            yield
-            return
-        task = asyncio.create_task(run_sweeper(active, settings.sweep_interval), name="charon-sweeper")
+        """The background work of every process: the sweeper (unless turned off) and redrive adoption."""
+        tasks = [asyncio.create_task(app.state.redrive.run_forever(), name="charon-redrive")]
+        if settings.sweep_interval > 0:
+            sweeper = run_sweeper(active, settings.sweep_interval)
+            tasks.append(asyncio.create_task(sweeper, name="charon-sweeper"))
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,9 +65,11 @@ def create_app(
             uri = embedded.start()
         if settings.pooling:
             catalogue = open_catalogue(uri, namespace=settings.namespace)
-            app.state.store = PooledStore(catalogue, namespace=settings.namespace, clock=clock)
+            app.state.store = PooledStore(
+                catalogue, namespace=settings.namespace, clock=clock, defaults=defaults
+            )
         else:
-            app.state.store = open_store(uri, namespace=settings.namespace, clock=clock)
+            app.state.store = open_store(uri, namespace=settings.namespace, clock=clock, defaults=defaults)
         try:
             async with sweeping(app.state.store):
                 yield
@@ -83,10 +90,12 @@ def create_app(
     app.state.limits = settings.limits
     app.state.provenance = settings.provenance
     app.state.clock = clock
+    app.state.defaults = defaults
+    app.state.redrive = RedriveRunner(lambda: app.state.store)
     if store is not None:
         app.state.store = store
     register_error_handlers(app)
-    for module in (health, queues, messages, claims, admin):
+    for module in (health, queues, messages, claims, redrive, admin):
         app.include_router(module.router)
 
     def openapi() -> dict[str, Any]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.limits import Limits
+from core.metadata import DeadLetterDefaults, check_template
 
 
 class Settings(BaseSettings):
@@ -64,6 +65,26 @@ class Settings(BaseSettings):
         "auth middleware sets it. Trust it only behind a proxy or middleware that sets it and strips what "
         "clients send.",
     )
+
+    default_max_claim_count: int | None = Field(
+        None,
+        ge=1,
+        description="The `_max_claim_count` of every queue that sets none itself (off when unset).",
+    )
+    dead_letter_queue_template: str | None = Field(
+        None,
+        description='Name of the DLQ of every queue that sets no `_dead_letter_queue` itself, with "{queue}" '
+        'for the queue\'s name, e.g. "{queue}.DLQ" (off when unset). The DLQ is made when the first message '
+        "moves there; a queue whose name fits the template is such a DLQ and gets no defaults.",
+    )
+
+    @field_validator("dead_letter_queue_template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return check_template(value)
+
+    def dead_letter_defaults(self) -> DeadLetterDefaults:
+        return DeadLetterDefaults(self.default_max_claim_count, self.dead_letter_queue_template)
 
     def store_uri(self) -> str | None:
         """The store the service opens: with pooling, the catalogue's (management_uri, else storage_uri);

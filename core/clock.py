@@ -27,4 +27,4 @@ class ManualClock:
         return self._now
 
     def advance(self, seconds: float) -> None:
-        self._now += int(seconds * 1000)
+        self._now += round(seconds * 1000)

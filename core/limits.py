@@ -96,3 +96,13 @@ def check_claim_grace(grace: int, limits: Limits) -> int:
 
 def check_page_limit(limit: int, limits: Limits, what: str = "limit") -> int:
     return check_range(limit, 1, limits.max_messages_per_page, what)
+
+
+DELAY_DOC = (
+    "Seconds before the released messages can be claimed again (EXT, Pulsar's reconsumeLater), 0 to the "
+    "longest claim ttl; default: the queue's redelivery backoff (`_redelivery_delay`...), else at once."
+)
+
+
+def check_release_delay(delay: int | None, limits: Limits) -> int | None:
+    return None if delay is None else check_range(delay, 0, limits.max_claim_ttl, "delay")

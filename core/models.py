@@ -27,6 +27,7 @@ class NewMessage:
     body: Any
     ttl: int | None = None
     delay: int | None = None
+    dead_letter_eligible: bool = True  # False: discarded (and counted) where it would move to a DLQ
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,16 @@ class DeadLetter:
     claim_count: int
     dead_lettered_at_ms: int
     first_enqueued_at_ms: int
+    redrive_count: int = 0  # times a redrive moved it out of a DLQ (kept when it is dead-lettered again)
+    rejection: Rejection | None = None  # reason "rejected": what the consumer said, if anything
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """What a consumer gave when it dead-lettered a message itself (POST .../dead_letter)."""
+
+    reason: str | None = None
+    description: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,7 @@ class Message:
     claim_expires_ms: int = 0
     client_id: str = ""
     dead_letter: DeadLetter | None = None
+    dead_letter_eligible: bool = True
 
     def age(self, now_ms: int) -> int:
         return max(0, (now_ms - self.created_ms) // 1000)
@@ -115,3 +127,58 @@ class Page(Generic[T]):
 
     items: list[T]
     next_marker: str | None
+
+
+TaskId = NewType("TaskId", str)
+TaskStatus = Literal["running", "succeeded", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveSpec:
+    """What a redrive moves out of a DLQ and where to: `destination` None sends each message back to its
+    `source_queue`; the filters left None match everything."""
+
+    destination: str | None = None
+    source_queue: str | None = None
+    reason: DeadLetterReason | None = None
+    after_ms: int | None = None  # dead-lettered at or after
+    before_ms: int | None = None  # dead-lettered before
+    limit: int | None = None  # most messages to move
+    max_per_second: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RedriveSpec:
+        return cls(**{k: d[k] for k in cls.__slots__ if k in d})
+
+    def matches(self, m: Message) -> bool:
+        d = m.dead_letter
+        if d is None:
+            return False
+        return (
+            (self.source_queue is None or d.source_queue == self.source_queue)
+            and (self.reason is None or d.reason == self.reason)
+            and (self.after_ms is None or d.dead_lettered_at_ms >= self.after_ms)
+            and (self.before_ms is None or d.dead_lettered_at_ms < self.before_ms)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveTask:
+    """A redrive's durable record: it walks the DLQ's markers up to `end_marker` (the DLQ's last marker
+    when it began, so it ends however busy the DLQ is); `cursor` is the last marker it has looked at."""
+
+    id: TaskId
+    queue: str
+    spec: RedriveSpec
+    status: TaskStatus
+    created_ms: int
+    updated_ms: int
+    end_marker: int
+    cursor: int = 0
+    scanned: int = 0
+    moved: int = 0
+    skipped: int = 0  # matched but claimed, or without a source queue to go back to
+    owner: str = ""  # the runner holding the task's lease

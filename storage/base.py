@@ -26,6 +26,10 @@ from core.models import (
     QueueInfo,
     QueueRef,
     QueueStats,
+    RedriveSpec,
+    RedriveTask,
+    Rejection,
+    TaskId,
 )
 
 
@@ -149,14 +153,67 @@ class ClaimStore(Protocol):
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
         """Restart the claim with a new ttl and grace. Raises ClaimNotFound."""
 
-    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
         """Return the claim's messages to the queue; exhausted ones move to the DLQ now.
 
-        Releasing an unknown or expired claim does nothing.
+        Each message is claimable again after `delay` seconds, or, when None, after the queue's redelivery
+        backoff (QueuePolicy.backoff, counted by its claim count; no wait without one). A claim that expires
+        instead gives its messages the backoff from the moment it ended. Releasing an unknown or expired
+        claim does nothing.
+        """
+
+    async def release_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, delay: int | None = None
+    ) -> None:
+        """release_claim for one message of the claim; the claim keeps the others.
+
+        Raises:
+            MessageNotFound: no such live message in `q`.
+            ClaimMismatch: `claim_id` does not hold the message now.
+        """
+
+    async def dead_letter_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+    ) -> bool:
+        """Move a message the claim holds to the queue's DLQ now, reason "rejected" with `rejection` in its
+        provenance; True when moved, False when discarded (posted with dead_letter_eligible false).
+
+        Raises:
+            MessageNotFound, ClaimMismatch: as release_message.
+            Conflict: the queue has no DLQ.
         """
 
 
-class Store(QueueStore, MessageStore, ClaimStore, Protocol):
+class RedriveStore(Protocol):
+    """Redrive tasks: durable records of moving messages out of a DLQ, run a batch at a time by whichever
+    API process holds the task's lease, so a task outlives the process that started it."""
+
+    async def create_redrive(
+        self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
+    ) -> RedriveTask:
+        """Record a running task over DLQ `q`'s messages up to its last marker now, held by `owner` for
+        `lease_ms` (if it does not step within that, another runner may take it over)."""
+
+    async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        """Raises NotFound."""
+
+    async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        """Stop a running task before its next batch (a finished one is left as it is). Raises NotFound."""
+
+    async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
+        """Take up to `limit` running tasks nobody holds (their runner died, or none took them yet) for
+        `lease_ms`; each redrive_step by the owner extends the lease."""
+
+    async def redrive_step(
+        self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
+    ) -> RedriveTask:
+        """While `owner` holds the running task: look at the next `batch` messages after its cursor and move
+        each match (RedriveSpec.matches, unclaimed, live) to its destination, atomically per message, with
+        claim count 0 and redrive count + 1; the task ends (succeeded) at its end marker or its limit.
+        Returns the task as it is now (unchanged when `owner` does not hold it)."""
+
+
+class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, Protocol):
     async def sweep(self, *, lease_ms: int = 0) -> int | None:
         """Bring every queue whose next claim or message expiry has come up to now, in every project.
 

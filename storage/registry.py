@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from core.clock import Clock
 from core.errors import InvalidInput
+from core.metadata import DeadLetterDefaults
 from storage.base import Store
 
 if TYPE_CHECKING:
@@ -16,16 +17,22 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 MONGODB_SCHEMES = ("mongodb", "mongodb+srv")
 
 
-def open_store(uri: str, *, namespace: str = "charon", clock: Clock | None = None) -> Store:
+def open_store(
+    uri: str,
+    *,
+    namespace: str = "charon",
+    clock: Clock | None = None,
+    defaults: DeadLetterDefaults | None = None,
+) -> Store:
     scheme = urlsplit(uri).scheme
     if scheme in REDIS_SCHEMES:
         from storage.redis.store import RedisStore
 
-        return RedisStore.from_url(uri, namespace=namespace, clock=clock)
+        return RedisStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults)
     if scheme in MONGODB_SCHEMES:
         from storage.mongodb.store import MongoStore
 
-        return MongoStore.from_url(uri, namespace=namespace, clock=clock)
+        return MongoStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults)
     raise InvalidInput(_unsupported(scheme))
 
 

@@ -10,7 +10,15 @@ from api.deps import ClockDep, LimitsDep, ProvenanceDep, QueueDep, StoreDep, rea
 from api.render import json_response, messages
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut
 from core.errors import ClaimNotFound
-from core.limits import Limits, check_claim_grace, check_claim_ttl, check_page_limit, is_valid_id
+from core.limits import (
+    DELAY_DOC,
+    Limits,
+    check_claim_grace,
+    check_claim_ttl,
+    check_page_limit,
+    check_release_delay,
+    is_valid_id,
+)
 from core.models import ClaimId
 
 router = APIRouter(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
@@ -109,9 +117,16 @@ async def renew_claim(
 @router.delete(
     "/v2/queues/{queue_name}/claims/{claim_id}",
     status_code=204,
-    summary="Release a claim: its messages can be claimed again",
+    summary="Release a claim: its messages can be claimed again (after `delay`, or the queue's backoff)",
 )
-async def release_claim(q: QueueDep, claim_id: str, store: StoreDep) -> Response:
+async def release_claim(
+    q: QueueDep,
+    claim_id: str,
+    store: StoreDep,
+    limits: LimitsDep,
+    delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
+) -> Response:
+    wait = check_release_delay(delay, limits)
     if is_valid_id(claim_id):
-        await store.release_claim(q, ClaimId(claim_id))
+        await store.release_claim(q, ClaimId(claim_id), delay=wait)
     return Response(status_code=204)

@@ -18,10 +18,27 @@ from api.deps import (
     validate_body,
 )
 from api.render import json_response, message, messages
-from api.schemas import ErrorOut, MessageOut, MessagesOut, MessagesPage, PostedOut, PostMessagesIn
-from core.errors import InvalidInput, MessageNotFound
-from core.limits import check_message_delay, check_message_ttl, check_page_limit, check_range, is_valid_id
-from core.models import ClaimId, MessageId, NewMessage
+from api.schemas import (
+    ErrorOut,
+    MessageOut,
+    MessagesOut,
+    MessagesPage,
+    PostedOut,
+    PostMessagesIn,
+    RejectIn,
+    RejectOut,
+)
+from core.errors import ClaimMismatch, InvalidInput, MessageNotFound
+from core.limits import (
+    DELAY_DOC,
+    check_message_delay,
+    check_message_ttl,
+    check_page_limit,
+    check_range,
+    check_release_delay,
+    is_valid_id,
+)
+from core.models import ClaimId, MessageId, NewMessage, Rejection
 
 router = APIRouter(tags=["messages"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -62,7 +79,9 @@ async def post_messages(
             check_message_ttl(m.ttl, limits, f"messages.{i}.ttl")
         if m.delay is not None:
             check_message_delay(m.delay, limits, f"messages.{i}.delay")
-        new.append(NewMessage(body=m.body, ttl=m.ttl, delay=m.delay))
+        new.append(
+            NewMessage(body=m.body, ttl=m.ttl, delay=m.delay, dead_letter_eligible=m.dead_letter_eligible)
+        )
     ids = await store.post_messages(
         q, new, client_id=client, default_ttl=limits.default_message_ttl, default_delay=0, body_size=size
     )
@@ -188,3 +207,61 @@ async def delete_message(
     if is_valid_id(message_id):
         await store.delete_message(q, MessageId(message_id), claim_id=ClaimId(claim_id) if claim_id else None)
     return Response(status_code=204)
+
+
+def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId, ClaimId]:
+    if not claim_id:
+        raise InvalidInput("claim_id is required: the claim that holds the message.")
+    if not is_valid_id(message_id):
+        raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {queue}.")
+    if not is_valid_id(claim_id):
+        raise ClaimMismatch(f"Claim {claim_id[:40]} does not hold message {message_id}.")
+    return MessageId(message_id), ClaimId(claim_id)
+
+
+@router.post(
+    "/v2/queues/{queue_name}/messages/{message_id}/release",
+    status_code=204,
+    summary="Release one message of a claim (EXT): claimable again after `delay`, or the queue's backoff",
+    responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
+)
+async def release_message(
+    q: QueueDep,
+    message_id: str,
+    store: StoreDep,
+    limits: LimitsDep,
+    claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
+    delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
+) -> Response:
+    wait = check_release_delay(delay, limits)
+    mid, cid = _held(message_id, claim_id, q.name)
+    await store.release_message(q, mid, claim_id=cid, delay=wait)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v2/queues/{queue_name}/messages/{message_id}/dead_letter",
+    response_model=RejectOut,
+    summary="Dead-letter a claimed message now, with a reason (EXT: reject)",
+    responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
+    openapi_extra={
+        "requestBody": {
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RejectIn"}}}
+        }
+    },
+)
+async def dead_letter_message(
+    q: QueueDep,
+    message_id: str,
+    store: StoreDep,
+    limits: LimitsDep,
+    request: Request,
+    claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
+) -> Response:
+    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="A rejection")
+    body = validate_body(RejectIn, raw or {})
+    mid, cid = _held(message_id, claim_id, q.name)
+    moved = await store.dead_letter_message(
+        q, mid, claim_id=cid, rejection=Rejection(reason=body.reason, description=body.description)
+    )
+    return json_response({"outcome": "moved" if moved else "discarded"})

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request, Response
 from api.deps import (
     ClientIdDep,
     ClockDep,
+    DefaultsDep,
     LimitsDep,
     ProjectDep,
     QueueDep,
@@ -27,6 +28,7 @@ from core.errors import Conflict, InvalidBody, MetadataChanged, PayloadTooLarge,
 from core.limits import Limits, check_page_limit
 from core.metadata import (
     DEAD_LETTER_QUEUE,
+    DeadLetterDefaults,
     QueuePolicy,
     check_dead_letter_chain,
     parse_policy,
@@ -52,7 +54,9 @@ PATCH_BODY = {
 }
 
 
-async def _checked(q: QueueRef, metadata: Any, limits: Limits, store: Store) -> QueuePolicy:
+async def _checked(
+    q: QueueRef, metadata: Any, limits: Limits, store: Store, defaults: DeadLetterDefaults
+) -> QueuePolicy:
     if not isinstance(metadata, dict):
         raise InvalidBody("Queue metadata must be a JSON object.")
     size = len(orjson.dumps(metadata))
@@ -63,7 +67,7 @@ async def _checked(q: QueueRef, metadata: Any, limits: Limits, store: Store) -> 
 
         async def dead_letter_queue_of(name: str) -> str | None:
             value = (await store.get_metadata(QueueRef(q.project, name))).get(DEAD_LETTER_QUEUE)
-            return value if isinstance(value, str) else None
+            return value if isinstance(value, str) else defaults.dead_letter_queue_for(name)
 
         await check_dead_letter_chain(q.name, policy.dead_letter_queue, dead_letter_queue_of)
     return policy
@@ -73,6 +77,7 @@ async def _write_checked(
     q: QueueRef,
     store: Store,
     limits: Limits,
+    defaults: DeadLetterDefaults,
     metadata_now: Callable[[], Awaitable[Any]],
     write: Callable[[dict[str, Any], QueuePolicy, int], Awaitable[T]],
 ) -> tuple[dict[str, Any], T]:
@@ -82,7 +87,7 @@ async def _write_checked(
     for _ in range(METADATA_WRITE_ATTEMPTS):
         version = await store.metadata_version(q)
         metadata = await metadata_now()
-        policy = await _checked(q, metadata, limits, store)
+        policy = await _checked(q, metadata, limits, store, defaults)
         with contextlib.suppress(MetadataChanged):
             return metadata, await write(metadata, policy, version)
     raise MetadataChanged(KEPT_CHANGING)
@@ -124,7 +129,9 @@ async def list_queues(
     },
     openapi_extra=METADATA_BODY,
 )
-async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
+async def create_queue(
+    q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: DefaultsDep, request: Request
+) -> Response:
     metadata, _ = await read_json(request, max_size=limits.max_queue_metadata, what="Queue metadata")
     body = {} if metadata is None else metadata
 
@@ -134,13 +141,13 @@ async def create_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request:
     async def create(meta: dict[str, Any], policy: QueuePolicy, version: int) -> bool:
         return await store.create_queue(q, metadata=meta, policy=policy, expected_version=version)
 
-    _, created = await _write_checked(q, store, limits, given, create)
+    _, created = await _write_checked(q, store, limits, defaults, given, create)
     return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
 
 
 @router.get("/v2/queues/{queue_name}", summary="Queue metadata, reserved keys filled with their defaults")
-async def get_queue(q: QueueDep, store: StoreDep, limits: LimitsDep) -> dict[str, Any]:
-    return with_reserved_defaults(await store.get_metadata(q), limits)
+async def get_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: DefaultsDep) -> dict[str, Any]:
+    return with_reserved_defaults(await store.get_metadata(q), limits, defaults.apply(q.name, QueuePolicy()))
 
 
 def _apply_patch(metadata: dict[str, Any], ops: list[PatchOp]) -> dict[str, Any]:
@@ -165,7 +172,9 @@ def _apply_patch(metadata: dict[str, Any], ops: list[PatchOp]) -> dict[str, Any]
     responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}, 415: {"model": ErrorOut}},
     openapi_extra=PATCH_BODY,
 )
-async def patch_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> dict[str, Any]:
+async def patch_queue(
+    q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: DefaultsDep, request: Request
+) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     if content_type != JSON_PATCH:
         raise UnsupportedMediaType(f"Queue metadata is patched with Content-Type {JSON_PATCH}.")
@@ -180,8 +189,8 @@ async def patch_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: 
     async def replace(meta: dict[str, Any], policy: QueuePolicy, version: int) -> None:
         await store.set_metadata(q, metadata=meta, policy=policy, expected_version=version)
 
-    metadata, _ = await _write_checked(q, store, limits, patched, replace)
-    return with_reserved_defaults(metadata, limits)
+    metadata, _ = await _write_checked(q, store, limits, defaults, patched, replace)
+    return with_reserved_defaults(metadata, limits, defaults.apply(q.name, QueuePolicy()))
 
 
 @router.delete("/v2/queues/{queue_name}", status_code=204, summary="Delete a queue and its messages")

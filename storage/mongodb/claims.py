@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.metadata import QueuePolicy
 from core.models import ClaimId, QueueRef
 from storage.mongodb.moves import dead_letter
-from storage.mongodb.queries import claim_candidates, claimable
+from storage.mongodb.queries import Doc, claim_candidates, claimable
 from storage.mongodb.schema import Collections, exhausted, gc_at
 
 CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
@@ -42,17 +44,48 @@ async def take_messages(
         spent = [(d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if exhausted(policy, d["cc"])]
         m, d = await dead_letter(c, q, policy, spent, now=now, reason="max_claims")
         moved, discarded = moved + m, discarded + d
-        fresh = [d["_id"] for d in candidates if not exhausted(policy, d["cc"])]
-        if fresh:
-            r = await c.messages.update_many(
-                {"_id": {"$in": fresh}, **guard},
-                {
-                    "$set": {"c": claim_id, "ce": until, "vis": until},
-                    "$inc": {"cc": 1},
-                    "$max": {"e": keep_until, "gc": gc_at(keep_until)},
-                },
-            )
-            got += r.modified_count
+        fresh = [d for d in candidates if not exhausted(policy, d["cc"])]
+        got += await _claim_fresh(c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until)
         if got >= limit:
             break
     return got, moved, discarded
+
+
+async def _claim_fresh(
+    c: Collections,
+    policy: QueuePolicy,
+    fresh: list[Doc],
+    guard: Doc,
+    claim_id: ClaimId,
+    *,
+    until: int,
+    keep_until: int,
+) -> int:
+    """Claim the `fresh` candidates that still match `guard`; returns how many were claimed.
+
+    Without a redelivery backoff, one update_many. With one, a message becomes claimable again only its
+    backoff after the claim ends (vis = until + bo), and bo depends on its new claim count (and its id, for
+    jitter): one update_many per distinct wait, each also guarded on the claim count it was computed from.
+    """
+    if not fresh:
+        return 0
+    update: Doc = {
+        "$set": {"c": claim_id, "ce": until, "vis": until},
+        "$inc": {"cc": 1},
+        "$max": {"e": keep_until, "gc": gc_at(keep_until)},
+    }
+    backoff = policy.backoff
+    if backoff is None:
+        r = await c.messages.update_many({"_id": {"$in": [d["_id"] for d in fresh]}, **guard}, update)
+        return r.modified_count
+    groups: dict[tuple[int, int], list[Any]] = {}
+    for d in fresh:
+        groups.setdefault((d["cc"], backoff.wait_ms(d["_id"], d["cc"] + 1)), []).append(d["_id"])
+    got = 0
+    for (cc, wait), ids in groups.items():
+        set_fields = {"c": claim_id, "ce": until, "vis": until + wait, "bo": wait}
+        r = await c.messages.update_many(
+            {"_id": {"$in": ids}, **guard, "cc": cc}, {**update, "$set": set_fields}
+        )
+        got += r.modified_count
+    return got

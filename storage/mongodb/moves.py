@@ -10,11 +10,11 @@ raised right after: a crash in between can leave them short by the moves in flig
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.metadata import QueuePolicy
-from core.models import DeadLetterReason, QueueRef
+from core.models import DeadLetterReason, QueueRef, Rejection
 from storage.mongodb.counters import count, ensure_queue, move_with_markers
 from storage.mongodb.queries import Doc, lapsed
 from storage.mongodb.schema import Collections, exhausted, gc_at
@@ -32,34 +32,51 @@ async def dead_letter(
     *,
     now: int,
     reason: DeadLetterReason,
+    rejection: Rejection | None = None,
 ) -> tuple[int, int]:
-    """Move each (message document, guard) of `src` to the policy's DLQ, or discard it when there is none.
+    """Move each (message document, guard) of `src` to the policy's DLQ, or discard it when there is none or
+    the message is not DLQ-eligible.
 
     A message moves only if it still is in `src` and matches its guard. Returns (moved, discarded). The moved
-    message carries no claim, is claimable at once, gets a new marker in the DLQ and the DLQ's ttl if set.
+    message carries no claim, is claimable at once and gets a new marker in the DLQ. Its ttl there: the DLQ
+    ttl if set (for reason "expired", policy.expired_ttl), else what was left of it.
     """
     if not moves:
         return 0, 0
+    dropped = [(d, g) for d, g in moves if policy.dead_letter_queue is None or d.get("ne")]
+    discarded = 0
+    for doc, guard in dropped:
+        match = {"_id": doc["_id"], "p": src.project, "q": src.name, **guard}
+        discarded += (await c.messages.delete_one(match)).deleted_count
+    if discarded:
+        await count(c, src, "n_disc", discarded)
     if policy.dead_letter_queue is None:
-        discarded = 0
-        for doc, guard in moves:
-            match = {"_id": doc["_id"], "p": src.project, "q": src.name, **guard}
-            discarded += (await c.messages.delete_one(match)).deleted_count
-        if discarded:
-            await count(c, src, "n_disc", discarded)
         return 0, discarded
     target = QueueRef(src.project, policy.dead_letter_queue)
     await ensure_queue(c, target, now)
     writes = []
     for doc, guard in moves:
-        e = now + policy.dead_letter_ttl * 1000 if policy.dead_letter_ttl else doc["e"]
+        if doc.get("ne"):
+            continue
+        if reason == "expired":
+            e = now + (policy.expired_ttl or 0) * 1000
+        elif policy.dead_letter_ttl:
+            e = now + policy.dead_letter_ttl * 1000
+        else:
+            e = doc["e"]
+        previous = doc.get("dl") or {}
         provenance = {
             "src": src.name,
             "rsn": reason,
             "cc": doc["cc"],
             "at": now,
-            "first": (doc.get("dl") or {}).get("first", doc["cr"]),
+            "first": previous.get("first", doc["cr"]),
+            "rc": previous.get("rc", 0),
         }
+        if rejection is not None and rejection.reason is not None:
+            provenance["rr"] = rejection.reason
+        if rejection is not None and rejection.description is not None:
+            provenance["rd"] = rejection.description
         fields = {
             "cc": 0,
             "av": now,
@@ -71,12 +88,12 @@ async def dead_letter(
             "dl": provenance,
         }
         match = {"_id": doc["_id"], "p": src.project, "q": src.name, **guard}
-        writes.append((match, {"$set": fields, "$unset": {"c": "", "ce": ""}}))
+        writes.append((match, {"$set": fields, "$unset": {"c": "", "ce": "", "bo": ""}}))
     moved = await move_with_markers(c, target, writes)
     if moved:
         await count(c, src, "n_dl", moved)
         await count(c, target, "n_rcv", moved)
-    return moved, 0
+    return moved, discarded
 
 
 async def housekeep(c: Collections, q: QueueRef, now: int, policy: QueuePolicy | None = None) -> int:
@@ -90,9 +107,19 @@ async def housekeep(c: Collections, q: QueueRef, now: int, policy: QueuePolicy |
     # Guard on the very claim that lapsed: a message claimed again meanwhile is left to its new claim.
     moves = [(d, {"c": d["c"], "ce": d["ce"]}) for d in ended if exhausted(policy, d["cc"])]
     await dead_letter(c, q, policy, moves, now=now, reason="max_claims")
-    back = [d["_id"] for d in ended if not exhausted(policy, d["cc"])]
-    if back:
+    back = [d for d in ended if not exhausted(policy, d["cc"])]
+    # A message waiting out its redelivery backoff (vis past now) shows as delayed from here on.
+    for vis, ids in group_ids(back, lambda d: max(d.get("vis", 0), now)).items():
         await c.messages.update_many(
-            {"_id": {"$in": back}, "ce": {"$lte": now}}, {"$unset": {"c": "", "ce": ""}}
+            {"_id": {"$in": ids}, "ce": {"$lte": now}},
+            {"$unset": {"c": "", "ce": "", "bo": ""}, "$set": {"av": vis}},
         )
     return len(ended)
+
+
+def group_ids(docs: Sequence[Doc], key: Callable[[Doc], int]) -> dict[int, list[Any]]:
+    """The documents' ids grouped by `key` (one update_many per distinct value)."""
+    groups: dict[int, list[Any]] = {}
+    for d in docs:
+        groups.setdefault(key(d), []).append(d["_id"])
+    return groups

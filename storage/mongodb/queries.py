@@ -12,7 +12,7 @@ from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, M
 
 Doc = dict[str, Any]
 # The fields a dead-letter move reads from the message it moves (the claim fields let a caller guard on them).
-MOVE_FIELDS = {"cc": 1, "cr": 1, "e": 1, "dl": 1, "c": 1, "ce": 1}
+MOVE_FIELDS = {"cc": 1, "cr": 1, "e": 1, "dl": 1, "c": 1, "ce": 1, "ne": 1, "vis": 1}
 
 
 def claimable(q: QueueRef, now: int) -> Doc:

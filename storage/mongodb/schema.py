@@ -5,17 +5,22 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
   messages  one document per live message of every queue of every project:
             _id (message id), p (project), q (queue), k (marker: per-queue counter, FIFO and paging),
             b (body, JSON bytes), t (ttl s), cr (created ms), e (expires ms), cl (client id),
-            cc (claim count), av (claimable from, the delay: ms), vis (claimable from: max(av, claim end)),
-            c / ce (claim id / claim end ms; absent when no claim holds the message),
-            dl {src, rsn, cc, at, first} (provenance, set by a dead-letter move), gc (Date: e + slack, the TTL
-            index's backstop should no sweeper run; the sweeper deletes expired messages well before it)
-  queues    p, n (name), meta (JSON text, so any key is allowed), pol {dttl ddelay maxpost maxcc dlq dlqttl}
-            (the reserved keys parsed), cr. Written by metadata writes (in transactions) and lazy creation.
+            cc (claim count), av (claimable from, the delay: ms), vis (claimable from: max(av, claim end
+            plus the redelivery wait bo)), c / ce (claim id / claim end ms; absent when no claim holds the
+            message), bo (ms: the redelivery wait after the claim that holds it), ne (true: not DLQ-eligible),
+            dl {src, rsn, cc, at, first, rc, rr, rd} (provenance, set by a dead-letter move; rc redrive count,
+            rr/rd a rejection's text), gc (Date: e + slack, the TTL index's backstop should no sweeper run;
+            the sweeper deletes expired messages well before it)
+  queues    p, n (name), meta (JSON text, so any key is allowed), pol {dttl ddelay maxpost maxcc dlq dlqttl
+            bo expttl maxttl} (the reserved keys parsed), cr. Written by metadata writes (in transactions) and
+            lazy creation.
   counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_disc, n_rcv (received).
             Written by posts and moves, never in a transaction (counters.py says why).
   claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends)
   projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
   leases    _id (lease name), owner, until (ms)
+  tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
+            owner, lease (ms)
 
 A message lives in exactly one queue: moving it to a DLQ is one update_one of its `q` (and the DLQ fields),
 so no crash can leave it in two queues or none (ARCHITECTURE.md §3 promise 1).
@@ -24,7 +29,7 @@ so no crash can leave it in two queues or none (ARCHITECTURE.md §3 promise 1).
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -32,8 +37,8 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
-from core.metadata import QueuePolicy
-from core.models import ClaimId, DeadLetter, Message, MessageId, QueueRef
+from core.metadata import Backoff, DeadLetterDefaults, QueuePolicy
+from core.models import ClaimId, DeadLetter, Message, MessageId, QueueRef, Rejection
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
 
@@ -55,9 +60,13 @@ class Collections:
     claims: AsyncCollection[dict[str, Any]]
     projects: AsyncCollection[dict[str, Any]]
     leases: AsyncCollection[dict[str, Any]]
+    tasks: AsyncCollection[dict[str, Any]]
+    defaults: DeadLetterDefaults = field(default_factory=DeadLetterDefaults)
 
     @classmethod
-    def of(cls, db: AsyncDatabase[dict[str, Any]], namespace: str) -> Collections:
+    def of(
+        cls, db: AsyncDatabase[dict[str, Any]], namespace: str, defaults: DeadLetterDefaults | None = None
+    ) -> Collections:
         return cls(
             messages=db[f"{namespace}.messages"],
             queues=db[f"{namespace}.queues"],
@@ -65,6 +74,8 @@ class Collections:
             claims=db[f"{namespace}.claims"],
             projects=db[f"{namespace}.projects"],
             leases=db[f"{namespace}.leases"],
+            tasks=db[f"{namespace}.tasks"],
+            defaults=defaults or DeadLetterDefaults(),
         )
 
     async def ensure_indexes(self) -> None:
@@ -82,10 +93,13 @@ class Collections:
         )
         await self.queues.create_index([("p", ASCENDING), ("n", ASCENDING)], name=QUEUE_INDEX, unique=True)
         await self.claims.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
+        await self.tasks.create_index([("status", ASCENDING), ("lease", ASCENDING)], name="runnable")
+        await self.tasks.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
 
     async def policy(self, q: QueueRef) -> QueuePolicy:
-        """The reserved-metadata policy of `q` (the empty policy for a queue never created)."""
-        return policy_of(await self.queues.find_one(queue_key(q), {"pol": 1}))
+        """The policy in force for `q`: its reserved metadata, with the operator's dead-letter defaults where
+        it sets nothing (the empty policy, so defaulted, for a queue never created)."""
+        return self.defaults.apply(q.name, policy_of(await self.queues.find_one(queue_key(q), {"pol": 1})))
 
     async def drop(self) -> None:
         for collection in (
@@ -95,6 +109,7 @@ class Collections:
             self.claims,
             self.projects,
             self.leases,
+            self.tasks,
         ):
             await collection.drop()
 
@@ -117,8 +132,17 @@ def policy_doc(policy: QueuePolicy) -> dict[str, Any]:
         "maxcc": policy.max_claim_count,
         "dlq": policy.dead_letter_queue,
         "dlqttl": policy.dead_letter_ttl,
+        "bo": _backoff_doc(policy.backoff),
+        "expttl": policy.expired_ttl,
+        "maxttl": policy.max_message_ttl,
     }
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _backoff_doc(b: Backoff | None) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    return {"d": b.delay_ms, "m": b.multiplier, "x": b.max_ms, "j": b.jitter, "l": list(b.levels_ms)}
 
 
 def policy_of(queue_doc: dict[str, Any] | None) -> QueuePolicy:
@@ -130,6 +154,11 @@ def policy_of(queue_doc: dict[str, Any] | None) -> QueuePolicy:
         max_claim_count=pol.get("maxcc"),
         dead_letter_queue=pol.get("dlq"),
         dead_letter_ttl=pol.get("dlqttl"),
+        backoff=Backoff(bo["d"], bo["m"], bo["x"], bo["j"], tuple(bo["l"]))
+        if (bo := pol.get("bo"))
+        else None,
+        expired_ttl=pol.get("expttl"),
+        max_message_ttl=pol.get("maxttl"),
     )
 
 
@@ -140,12 +169,17 @@ def exhausted(policy: QueuePolicy, claim_count: int) -> bool:
 def message_of(doc: dict[str, Any]) -> Message:
     dead_letter = None
     if dl := doc.get("dl"):
+        rejection = None
+        if "rr" in dl or "rd" in dl:
+            rejection = Rejection(reason=dl.get("rr"), description=dl.get("rd"))
         dead_letter = DeadLetter(
             source_queue=dl["src"],
             reason=dl["rsn"],
             claim_count=dl["cc"],
             dead_lettered_at_ms=dl["at"],
             first_enqueued_at_ms=dl["first"],
+            redrive_count=dl.get("rc", 0),
+            rejection=rejection,
         )
     return Message(
         id=MessageId(doc["_id"]),
@@ -159,4 +193,5 @@ def message_of(doc: dict[str, Any]) -> Message:
         claim_expires_ms=doc.get("ce", 0),
         client_id=doc["cl"],
         dead_letter=dead_letter,
+        dead_letter_eligible=not doc.get("ne", False),
     )

@@ -25,8 +25,16 @@ from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.mongo_client import AsyncMongoClient
 
 from core.clock import Clock, SystemClock
-from core.errors import ClaimMismatch, ClaimNotFound, PayloadTooLarge, StorageUnavailable
-from core.metadata import QueuePolicy
+from core.errors import (
+    ClaimMismatch,
+    ClaimNotFound,
+    Conflict,
+    MessageNotFound,
+    NotFound,
+    PayloadTooLarge,
+    StorageUnavailable,
+)
+from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
     ClaimId,
@@ -39,18 +47,24 @@ from core.models import (
     QueueInfo,
     QueueRef,
     QueueStats,
+    RedriveSpec,
+    RedriveTask,
+    Rejection,
+    TaskId,
 )
 from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import counter_key, ensure_queue, insert_in_order
 from storage.mongodb.errors import unavailable_as_domain_error
 from storage.mongodb.metadata import write_metadata
-from storage.mongodb.moves import dead_letter, housekeep
+from storage.mongodb.moves import dead_letter, group_ids, housekeep
 from storage.mongodb.queries import Doc, claimable, held, held_by, listing, not_claimed
+from storage.mongodb.redrive import TASK_KEEP_MS, redrive_batch, task_of
 from storage.mongodb.schema import (
     CLAIMABLE_INDEX,
     MARKER_INDEX,
     QUEUE_INDEX,
     Collections,
+    exhausted,
     gc_at,
     message_of,
     policy_of,
@@ -91,19 +105,27 @@ class MongoStore:
         database: str = "charon",
         namespace: str = "charon",
         clock: Clock | None = None,
+        defaults: DeadLetterDefaults | None = None,
     ):
         self._client = client
-        self._c = Collections.of(client[database], namespace)
+        self._c = Collections.of(client[database], namespace, defaults)
         self._clock = clock or SystemClock()
         self._indexed = False
         self._ready_lock = asyncio.Lock()
         self._lease_token = new_id()
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> MongoStore:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        namespace: str = "charon",
+        clock: Clock | None = None,
+        defaults: DeadLetterDefaults | None = None,
+    ) -> MongoStore:
         """The database is the URI's (mongodb://host/<db>), else "charon"; collections are `<namespace>.*`."""
         client, database = cls.client_from_url(url)
-        return cls(client, database=database, namespace=namespace, clock=clock)
+        return cls(client, database=database, namespace=namespace, clock=clock, defaults=defaults)
 
     @staticmethod
     def client_from_url(url: str) -> tuple[AsyncMongoClient[Doc], str]:
@@ -282,24 +304,27 @@ class MongoStore:
         docs = []
         for mid, m in zip(ids, messages, strict=True):
             ttl = ttl_default if m.ttl is None else m.ttl
+            if policy.max_message_ttl is not None:
+                ttl = min(ttl, policy.max_message_ttl)
             av = now + (delay_default if m.delay is None else m.delay) * 1000
             e = now + ttl * 1000
-            docs.append(
-                {
-                    "_id": mid,
-                    "p": q.project,
-                    "q": q.name,
-                    "b": orjson.dumps(m.body),
-                    "t": ttl,
-                    "cr": now,
-                    "e": e,
-                    "cl": client_id,
-                    "cc": 0,
-                    "av": av,
-                    "vis": av,
-                    "gc": gc_at(e),
-                }
-            )
+            doc: Doc = {
+                "_id": mid,
+                "p": q.project,
+                "q": q.name,
+                "b": orjson.dumps(m.body),
+                "t": ttl,
+                "cr": now,
+                "e": e,
+                "cl": client_id,
+                "cc": 0,
+                "av": av,
+                "vis": av,
+                "gc": gc_at(e),
+            }
+            if not m.dead_letter_eligible:
+                doc["ne"] = True
+            docs.append(doc)
         await insert_in_order(self._c, q, docs)  # the markers (k) are set here
         return ids
 
@@ -453,27 +478,178 @@ class MongoStore:
         )
         if doc is None:
             raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
-        await self._c.messages.update_many(
-            held(q, claim_id, now),
-            {"$set": {"ce": ce, "vis": ce}, "$max": {"e": keep, "gc": gc_at(keep)}},
-        )
+        # A message waits its redelivery backoff (bo) after the claim ends, now the renewed end.
+        docs = await self._c.messages.find(held(q, claim_id, now), {"bo": 1}).to_list()
+        for bo, ids in group_ids(docs, lambda d: d.get("bo", 0)).items():
+            await self._c.messages.update_many(
+                {"_id": {"$in": ids}, "c": claim_id},
+                {"$set": {"ce": ce, "vis": ce + bo}, "$max": {"e": keep, "gc": gc_at(keep)}},
+            )
+
+    async def _release(
+        self, q: QueueRef, claim_id: ClaimId, docs: list[Doc], *, now: int, delay: int | None
+    ) -> None:
+        """Take `docs` (held by `claim_id`) out of the claim: exhausted ones move to the DLQ now (promise 7);
+        the rest are claimable again after `delay` seconds, or after the queue's redelivery backoff."""
+        policy = await self._c.policy(q)
+        spent = [(d, {"c": claim_id, "cc": d["cc"]}) for d in docs if exhausted(policy, d["cc"])]
+        await dead_letter(self._c, q, policy, spent, now=now, reason="max_claims")
+
+        def claimable_at(d: Doc) -> int:
+            if delay is not None:
+                return now + delay * 1000
+            return now + (policy.backoff.wait_ms(d["_id"], d["cc"]) if policy.backoff else 0)
+
+        back = [d for d in docs if not exhausted(policy, d["cc"])]
+        for at, ids in group_ids(back, claimable_at).items():
+            await self._c.messages.update_many(
+                {"_id": {"$in": ids}, "c": claim_id},
+                {"$unset": {"c": "", "ce": "", "bo": ""}, "$set": {"vis": at, "av": at}},
+            )
 
     @_op
-    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
-        """The claim's exhausted messages move to the DLQ now (promise 7); the rest are claimable at once."""
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
         now = self._now()
-        policy = await self._c.policy(q)
-        if policy.max_claim_count is not None:
-            spent = await held_by(
-                self._c, q, claim_id, now, {"cc": {"$gte": policy.max_claim_count}}
-            ).to_list()
-            moves = [(d, {"c": claim_id, "cc": d["cc"]}) for d in spent]
-            await dead_letter(self._c, q, policy, moves, now=now, reason="max_claims")
-        await self._c.messages.update_many(
-            held(q, claim_id, now),
-            {"$unset": {"c": "", "ce": ""}, "$set": {"vis": now}},
-        )
+        docs = await held_by(self._c, q, claim_id, now).to_list()
+        await self._release(q, claim_id, docs, now=now, delay=delay)
         await self._c.claims.delete_one({"_id": claim_id, "p": q.project, "q": q.name})
+
+    async def _held_one(self, q: QueueRef, message_id: MessageId, claim_id: ClaimId, now: int) -> Doc:
+        """The message, if `claim_id` holds it now; else MessageNotFound or ClaimMismatch."""
+        doc = await self._c.messages.find_one(
+            {"_id": message_id, "p": q.project, "q": q.name, "e": {"$gt": now}}
+        )
+        if doc is None:
+            raise MessageNotFound(f"Message {message_id} does not exist in queue {q.name}.")
+        if doc.get("c") != claim_id or doc.get("ce", 0) <= now:
+            raise ClaimMismatch(
+                f"Claim {claim_id} does not hold message {message_id} (the claim has expired or another "
+                "claim holds the message)."
+            )
+        return doc
+
+    @_op
+    async def release_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, delay: int | None = None
+    ) -> None:
+        now = self._now()
+        doc = await self._held_one(q, message_id, claim_id, now)
+        await self._release(q, claim_id, [doc], now=now, delay=delay)
+
+    @_op
+    async def dead_letter_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+    ) -> bool:
+        now = self._now()
+        doc = await self._held_one(q, message_id, claim_id, now)
+        policy = await self._c.policy(q)
+        if policy.dead_letter_queue is None:
+            raise Conflict(
+                f"Queue {q.name} has no dead-letter queue to move message {message_id} to; set "
+                "_dead_letter_queue in its metadata first."
+            )
+        moved, discarded = await dead_letter(
+            self._c,
+            q,
+            policy,
+            [(doc, {"c": claim_id, "ce": {"$gt": now}})],
+            now=now,
+            reason="rejected",
+            rejection=rejection,
+        )
+        if not moved and not discarded:  # the claim ended between the read and the move
+            raise ClaimMismatch(f"Claim {claim_id} no longer holds message {message_id}.")
+        return moved > 0
+
+    # -- redrive -------------------------------------------------------------------------------------------
+
+    @_op
+    async def create_redrive(
+        self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
+    ) -> RedriveTask:
+        now = self._now()
+        counter = await self._c.counters.find_one(counter_key(q), {"seq": 1}) or {}
+        await self._c.tasks.insert_one(
+            {
+                "_id": task_id,
+                "p": q.project,
+                "q": q.name,
+                "status": "running",
+                "spec": spec.to_dict(),
+                "cr": now,
+                "up": now,
+                "end": int(counter.get("seq", 0)),
+                "cursor": 0,
+                "scanned": 0,
+                "moved": 0,
+                "skipped": 0,
+                "owner": owner,
+                "lease": now + lease_ms,
+            }
+        )
+        return await self.get_redrive(q, task_id)
+
+    @_op
+    async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        doc = await self._c.tasks.find_one({"_id": task_id, "p": q.project, "q": q.name})
+        if doc is None:
+            raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
+        return task_of(doc)
+
+    @_op
+    async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        now = self._now()
+        await self._c.tasks.update_one(
+            {"_id": task_id, "p": q.project, "q": q.name, "status": "running"},
+            {"$set": {"status": "cancelled", "up": now, "lease": 0, "gc": gc_at(now + TASK_KEEP_MS)}},
+        )
+        return await self.get_redrive(q, task_id)
+
+    @_op
+    async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
+        now = self._now()
+        taken = []
+        for _ in range(limit):
+            doc = await self._c.tasks.find_one_and_update(
+                {"status": "running", "lease": {"$lte": now}},
+                {"$set": {"owner": owner, "lease": now + lease_ms}},
+                {"p": 1, "q": 1},
+            )
+            if doc is None:
+                break
+            taken.append((QueueRef(doc["p"], doc["q"]), TaskId(doc["_id"])))
+        return taken
+
+    @_op
+    async def redrive_step(
+        self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
+    ) -> RedriveTask:
+        """One batch of a redrive task while `owner` holds it (redrive.py). Each move is one update_one;
+        the task's cursor and counts are written after the batch, so a crash in between leaves them behind
+        the moves: the resumed task looks at those messages again and finds them gone (nothing moves
+        twice), but `moved` then falls short by the moves of that batch."""
+        now = self._now()
+        mine = {"_id": task_id, "p": q.project, "q": q.name, "status": "running", "owner": owner}
+        task = await self._c.tasks.find_one(mine)
+        if task is None:
+            return await self.get_redrive(q, task_id)
+        await housekeep(self._c, q, now)
+        step = await redrive_batch(self._c, q, task_of(task), now=now, batch=batch)
+        done = {"gc": gc_at(now + TASK_KEEP_MS)} if step.status != "running" else {}
+        await self._c.tasks.update_one(
+            mine,
+            {
+                "$set": {
+                    "status": step.status,
+                    "cursor": step.cursor,
+                    "up": now,
+                    "lease": now + lease_ms,
+                    **done,
+                },
+                "$inc": {"scanned": step.scanned, "moved": step.moved, "skipped": step.skipped},
+            },
+        )
+        return await self.get_redrive(q, task_id)
 
     # -- sweeper ------------------------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.clock import Clock, SystemClock
-from core.errors import ClaimNotFound, InvalidInput, StorageUnavailable
-from core.metadata import DEAD_LETTER_QUEUE, FLAVOR, QueuePolicy
+from core.errors import ClaimNotFound, InvalidInput, MessageNotFound, NotFound, StorageUnavailable
+from core.metadata import DEAD_LETTER_QUEUE, FLAVOR, DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
     ClaimId,
@@ -36,6 +36,10 @@ from core.models import (
     QueueInfo,
     QueueRef,
     QueueStats,
+    RedriveSpec,
+    RedriveTask,
+    Rejection,
+    TaskId,
 )
 from storage.base import Store
 from storage.pooling.catalogue import Catalogue, Pool
@@ -58,11 +62,17 @@ def no_claim(claim_id: ClaimId) -> ClaimNotFound:
 
 class PooledStore:
     def __init__(
-        self, catalogue: Catalogue, *, namespace: str = "charon", clock: Clock | None = None
+        self,
+        catalogue: Catalogue,
+        *,
+        namespace: str = "charon",
+        clock: Clock | None = None,
+        defaults: DeadLetterDefaults | None = None,
     ) -> None:
         self.catalogue = catalogue
         self._namespace = namespace
         self._clock = clock or SystemClock()
+        self._defaults = defaults or DeadLetterDefaults()
         self._open: dict[str, _Open] = {}
         self._retired: list[Store] = []
 
@@ -83,7 +93,12 @@ class PooledStore:
             entry.checked = time.monotonic()
             entry.pool = pool
             return entry.store
-        store = open_store(pool.uri, namespace=pool_namespace(pool, self._namespace), clock=self._clock)
+        store = open_store(
+            pool.uri,
+            namespace=pool_namespace(pool, self._namespace),
+            clock=self._clock,
+            defaults=self._defaults,
+        )
         if entry is not None:
             self._retired.append(entry.store)  # requests in flight may still use it; closed at aclose()
         self._open[name] = _Open(pool, store, time.monotonic())
@@ -108,8 +123,8 @@ class PooledStore:
             candidates = [p for p in pools if p.flavor == flavor]
         else:
             candidates = [p for p in pools if p.flavor is None]
-        dlq = metadata.get(DEAD_LETTER_QUEUE)
-        if isinstance(dlq, str):
+        dlq = self._dead_letter_queue(q, metadata)
+        if dlq is not None:
             near = await self.catalogue.lookup(QueueRef(q.project, dlq))
             if near is not None and (flavor is None or any(p.name == near for p in candidates)):
                 return near
@@ -122,14 +137,25 @@ class PooledStore:
             )
         return home_pool(q.project, weighted).name
 
+    def _dead_letter_queue(self, q: QueueRef, metadata: Mapping[str, Any]) -> str | None:
+        """The DLQ `metadata` names for `q`, else the one the operator's template names (or None)."""
+        dlq = metadata.get(DEAD_LETTER_QUEUE)
+        if isinstance(dlq, str):
+            return dlq
+        return self._defaults.dead_letter_queue_for(q.name)
+
     async def _place(self, q: QueueRef, metadata: Mapping[str, Any]) -> str:
-        """The pool `q` is placed in, placing it now if it is not."""
+        """The pool `q` is placed in, placing it now if it is not (and the DLQ the operator's template names
+        for it in the same pool, since its metadata does not name one)."""
         current = await self.catalogue.lookup(q)
         if current is not None:
             return current
         for _ in range(PLACE_ATTEMPTS):
             placed = await self.catalogue.place(q, await self._choose(q, metadata))
             if placed is not None:
+                auto = self._defaults.dead_letter_queue_for(q.name)
+                if auto is not None and DEAD_LETTER_QUEUE not in metadata:
+                    await self.catalogue.place(QueueRef(q.project, auto), placed, referrer=q.name)
                 return placed
         raise StorageUnavailable(f"Queue {q.name!r} could not be placed: pools kept disappearing.")
 
@@ -309,10 +335,77 @@ class PooledStore:
             raise no_claim(claim_id)
         await store.renew_claim(q, claim_id, ttl=ttl, grace=grace)
 
-    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
         store = await self._route(q)
         if store is not None:
-            await store.release_claim(q, claim_id)
+            await store.release_claim(q, claim_id, delay=delay)
+
+    async def release_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, delay: int | None = None
+    ) -> None:
+        await (await self._route_message(q, message_id)).release_message(
+            q, message_id, claim_id=claim_id, delay=delay
+        )
+
+    async def dead_letter_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+    ) -> bool:
+        return await (await self._route_message(q, message_id)).dead_letter_message(
+            q, message_id, claim_id=claim_id, rejection=rejection
+        )
+
+    async def _route_message(self, q: QueueRef, message_id: MessageId) -> Store:
+        store = await self._route(q)
+        if store is None:
+            raise MessageNotFound(f"Message {message_id} does not exist in queue {q.name}.")
+        return store
+
+    # -- redrive -------------------------------------------------------------------------------------------
+
+    async def _route_task(self, q: QueueRef, task_id: TaskId) -> Store:
+        store = await self._route(q)
+        if store is None:
+            raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
+        return store
+
+    async def create_redrive(
+        self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
+    ) -> RedriveTask:
+        """The task lives in the DLQ's pool, and so must every queue it moves messages to: an explicit
+        destination is placed there (400 when it lives elsewhere), and so is every queue recorded as naming
+        the DLQ (each message's way back), in case it was deleted and its placement with it."""
+        pool = await self.catalogue.lookup(q)
+        if pool is None:
+            raise NotFound(f"Queue {q.name} does not exist.")
+        destinations = [spec.destination] if spec.destination else list(await self.catalogue.referrers(q))
+        for name in destinations:
+            placed = await self.catalogue.place(QueueRef(q.project, name), pool)
+            if placed != pool and spec.destination:
+                raise InvalidInput(
+                    f"Redrive destination {name!r} lives in pool {placed!r} and queue {q.name!r} in pool "
+                    f"{pool!r}: a redrive moves messages within one pool. Choose a queue in pool {pool!r}."
+                )
+        store = await self.pool_store(pool)
+        return await store.create_redrive(q, task_id, spec, owner=owner, lease_ms=lease_ms)
+
+    async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        return await (await self._route_task(q, task_id)).get_redrive(q, task_id)
+
+    async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        return await (await self._route_task(q, task_id)).cancel_redrive(q, task_id)
+
+    async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
+        taken: list[tuple[QueueRef, TaskId]] = []
+        for _, store in await self._each_pool():
+            if len(taken) < limit:
+                taken += await store.lease_redrives(owner, lease_ms=lease_ms, limit=limit - len(taken))
+        return taken
+
+    async def redrive_step(
+        self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
+    ) -> RedriveTask:
+        store = await self._route_task(q, task_id)
+        return await store.redrive_step(q, task_id, owner=owner, lease_ms=lease_ms, batch=batch)
 
     # -- service -------------------------------------------------------------------------------------------
 

@@ -38,6 +38,16 @@ def due_projects_key(namespace: str) -> str:
     return f"{namespace}:due-projects"
 
 
+def tasks_key(namespace: str) -> str:
+    """ZSET of running redrive tasks, as JSON [project, queue, task id] -> when their runner's lease ends
+    (0: not taken yet). An index only: each task's own hash is the truth."""
+    return f"{namespace}:tasks"
+
+
+def task_key(namespace: str, project: str, task_id: str) -> str:
+    return f"{project_prefix(namespace, project)}t:{task_id}"
+
+
 def sweeper_lease_key(namespace: str) -> str:
     return f"{namespace}:sweeper-lease"
 

@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core import errors
+from core.metadata import DeadLetterDefaults
 
 SCRIPT_NAMES = (
     "create_queue",
@@ -30,7 +31,13 @@ SCRIPT_NAMES = (
     "get_claim",
     "renew_claim",
     "release_claim",
+    "release_message",
+    "dead_letter_message",
     "sweep",
+    "task_create",
+    "task_lease",
+    "task_cancel",
+    "redrive_step",
 )
 
 _ERRORS: dict[str, type[errors.CharonError]] = {
@@ -39,6 +46,9 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     "CHARON_CLAIMED": errors.ClaimMismatch,
     "CHARON_CLAIM_MISMATCH": errors.ClaimMismatch,
     "CHARON_STALE": errors.MetadataChanged,
+    "CHARON_NO_MESSAGE": errors.MessageNotFound,
+    "CHARON_NO_DLQ": errors.Conflict,
+    "CHARON_NO_TASK": errors.NotFound,
 }
 
 
@@ -46,10 +56,22 @@ def _source(name: str) -> str:
     return (resources.files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-def load_scripts(client: aioredis.Redis | aioredis.RedisCluster) -> dict[str, AsyncScript]:
-    """register_script sends EVALSHA and falls back to EVAL (reloading) on NOSCRIPT by itself."""
-    lib = _source("lib")
+def load_scripts(
+    client: aioredis.Redis | aioredis.RedisCluster, defaults: DeadLetterDefaults | None = None
+) -> dict[str, AsyncScript]:
+    """register_script sends EVALSHA and falls back to EVAL (reloading) on NOSCRIPT by itself. The
+    operator's dead-letter defaults are written into lib.lua, so scripts apply them with no extra argument."""
+    lib = _source("lib").replace("--@DEFAULTS@", _defaults_lua(defaults or DeadLetterDefaults()))
     return {name: client.register_script(f"{lib}\n{_source(name)}") for name in SCRIPT_NAMES}
+
+
+def _defaults_lua(defaults: DeadLetterDefaults) -> str:
+    lines = []
+    if defaults.max_claim_count is not None:
+        lines.append(f"AUTO_MAXCC = {int(defaults.max_claim_count)}")
+    if (ps := defaults.prefix_suffix) is not None:  # names hold only [A-Za-z0-9_.-] (check_template)
+        lines.append(f"AUTO_PREFIX, AUTO_SUFFIX = '{ps[0]}', '{ps[1]}'")
+    return "\n".join(lines)
 
 
 def domain_error(exc: ResponseError) -> errors.CharonError | None:

@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
 
 from core.clock import Clock, SystemClock
-from core.errors import InvalidInput
-from core.metadata import QueuePolicy
+from core.errors import InvalidInput, NotFound
+from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
     ClaimId,
@@ -33,6 +33,10 @@ from core.models import (
     QueueInfo,
     QueueRef,
     QueueStats,
+    RedriveSpec,
+    RedriveTask,
+    Rejection,
+    TaskId,
 )
 from storage.redis.keys import (
     QueueKeys,
@@ -41,6 +45,8 @@ from storage.redis.keys import (
     project_prefix,
     projects_key,
     sweeper_lease_key,
+    task_key,
+    tasks_key,
     touched_key,
 )
 from storage.redis.scripts import load_scripts, run, unavailable_as_domain_error
@@ -76,17 +82,26 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _task_member(q: QueueRef, task_id: str) -> str:
+    return orjson.dumps([q.project, q.name, task_id]).decode()
+
+
 def _message(flat: list[Any]) -> Message:
     """A message from a script's view: [id, field, value, field, value, ...] (lib.lua view())."""
     f = dict(zip(flat[1::2], flat[2::2], strict=True))
     dead_letter = None
     if "dsrc" in f:
+        rejection = None
+        if "drr" in f or "drd" in f:
+            rejection = Rejection(reason=f.get("drr"), description=f.get("drd"))
         dead_letter = DeadLetter(
             source_queue=f["dsrc"],
             reason=f["drsn"],
             claim_count=int(f["dcc"]),
             dead_lettered_at_ms=int(f["dat"]),
             first_enqueued_at_ms=int(f["dfirst"]),
+            redrive_count=int(f.get("drc", 0)),
+            rejection=rejection,
         )
     return Message(
         id=MessageId(flat[0]),
@@ -100,13 +115,17 @@ def _message(flat: list[Any]) -> Message:
         claim_expires_ms=int(f["ce"]),
         client_id=f["cl"],
         dead_letter=dead_letter,
+        dead_letter_eligible=f.get("ne") != "1",
     )
 
 
 def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_version: int | None) -> list[Any]:
-    def opt(value: int | str | None) -> int | str:
+    """ARGV for lib.lua write_metadata: the metadata, then its POLICY_FIELDS in order, then the version."""
+
+    def opt(value: float | str | None) -> float | str:
         return "" if value is None else value
 
+    b = policy.backoff
     return [
         orjson.dumps(dict(metadata)).decode(),
         opt(policy.default_message_ttl),
@@ -115,8 +134,36 @@ def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_vers
         opt(policy.max_claim_count),
         opt(policy.dead_letter_queue),
         opt(policy.dead_letter_ttl),
+        opt(b.delay_ms if b else None),
+        opt(repr(b.multiplier) if b else None),
+        opt(b.max_ms if b else None),
+        opt(repr(b.jitter) if b else None),
+        opt(",".join(map(str, b.levels_ms)) if b and b.levels_ms else None),
+        opt(policy.expired_ttl),
+        opt(policy.max_message_ttl),
         opt(expected_version),
     ]
+
+
+def _task(q: QueueRef, task_id: str, f: dict[str, str]) -> RedriveTask:
+    return RedriveTask(
+        id=TaskId(task_id),
+        queue=q.name,
+        spec=RedriveSpec.from_dict(orjson.loads(f["spec"])),
+        status=f["status"],  # type: ignore[arg-type]  # the scripts write only TaskStatus values
+        created_ms=int(f["cr"]),
+        updated_ms=int(f["up"]),
+        end_marker=int(f["end"]),
+        cursor=int(f["cursor"]),
+        scanned=int(f["scanned"]),
+        moved=int(f["moved"]),
+        skipped=int(f["skipped"]),
+        owner=f["owner"],
+    )
+
+
+def _opt(value: object) -> str:
+    return "" if value is None else str(value)
 
 
 class RedisStore:
@@ -126,19 +173,27 @@ class RedisStore:
         *,
         namespace: str = "charon",
         clock: Clock | None = None,
+        defaults: DeadLetterDefaults | None = None,
     ):
         self._client = client
         self._namespace = namespace
         self._clock = clock or SystemClock()
-        self._scripts = load_scripts(client)
+        self._scripts = load_scripts(client, defaults)
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
         self._lease_token = new_id()
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "charon", clock: Clock | None = None) -> RedisStore:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        namespace: str = "charon",
+        clock: Clock | None = None,
+        defaults: DeadLetterDefaults | None = None,
+    ) -> RedisStore:
         """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
         (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes."""
-        return cls(cls.client_from_url(url), namespace=namespace, clock=clock)
+        return cls(cls.client_from_url(url), namespace=namespace, clock=clock, defaults=defaults)
 
     @staticmethod
     def client_from_url(url: str) -> aioredis.Redis | aioredis.RedisCluster:
@@ -263,6 +318,7 @@ class RedisStore:
                 orjson.dumps(m.body).decode(),
                 -1 if m.ttl is None else m.ttl,
                 -1 if m.delay is None else m.delay,
+                int(m.dead_letter_eligible),
             ]
         await self._call_scheduling("post_messages", q, *args)
         return ids
@@ -338,8 +394,98 @@ class RedisStore:
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
         await self._call_scheduling("renew_claim", q, claim_id, ttl, grace)
 
-    async def release_claim(self, q: QueueRef, claim_id: ClaimId) -> None:
-        await self._call_scheduling("release_claim", q, claim_id)
+    async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
+        await self._call_scheduling("release_claim", q, claim_id, _opt(delay and delay * 1000))
+
+    async def release_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, delay: int | None = None
+    ) -> None:
+        await self._call_scheduling("release_message", q, message_id, claim_id, _opt(delay and delay * 1000))
+
+    async def dead_letter_message(
+        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+    ) -> bool:
+        outcome = await self._call(
+            "dead_letter_message",
+            q,
+            message_id,
+            claim_id,
+            rejection.reason or "",
+            rejection.description or "",
+        )
+        return bool(outcome == "moved")
+
+    # -- redrive -------------------------------------------------------------------------------------------
+
+    async def create_redrive(
+        self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
+    ) -> RedriveTask:
+        await self._call(
+            "task_create",
+            q,
+            task_id,
+            orjson.dumps(spec.to_dict()).decode(),
+            _opt(spec.destination),
+            _opt(spec.source_queue),
+            _opt(spec.reason),
+            _opt(spec.after_ms),
+            _opt(spec.before_ms),
+            _opt(spec.limit),
+            owner,
+            lease_ms,
+        )
+        lease_ends = self._clock.now_ms() + lease_ms
+        async with unavailable_as_domain_error():
+            await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): lease_ends})
+        return await self.get_redrive(q, task_id)
+
+    async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        async with unavailable_as_domain_error():
+            f = {
+                str(k): str(v)
+                for k, v in (
+                    await self._client.hgetall(task_key(self._namespace, q.project, task_id))
+                ).items()
+            }
+        if f.get("q") != q.name:
+            raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
+        return _task(q, task_id, f)
+
+    async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
+        tk = task_key(self._namespace, q.project, task_id)
+        async with unavailable_as_domain_error():
+            await run(self._scripts["task_cancel"], [tk], [q.name, self._clock.now_ms()])
+            await self._client.zrem(tasks_key(self._namespace), _task_member(q, task_id))
+        return await self.get_redrive(q, task_id)
+
+    async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
+        now = self._clock.now_ms()
+        index = tasks_key(self._namespace)
+        taken = []
+        async with unavailable_as_domain_error():
+            due = await self._client.zrangebyscore(index, "-inf", now, start=0, num=limit)
+            for member in map(str, due):
+                project, name, task_id = orjson.loads(member)
+                tk = task_key(self._namespace, project, task_id)
+                got, status = await run(self._scripts["task_lease"], [tk], [owner, now, lease_ms])
+                if status != "running":
+                    await self._client.zrem(index, member)
+                elif got:
+                    await self._client.zadd(index, {member: now + lease_ms})
+                    taken.append((QueueRef(project, name), TaskId(task_id)))
+        return taken
+
+    async def redrive_step(
+        self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
+    ) -> RedriveTask:
+        status, *_ = await self._call_scheduling("redrive_step", q, task_id, owner, lease_ms, batch)
+        member = _task_member(q, task_id)
+        async with unavailable_as_domain_error():
+            if status == "running":
+                await self._client.zadd(tasks_key(self._namespace), {member: self._clock.now_ms() + lease_ms})
+            else:
+                await self._client.zrem(tasks_key(self._namespace), member)
+        return await self.get_redrive(q, task_id)
 
     # -- sweeper ------------------------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.metadata import QueuePolicy
-from core.models import MessageId, NewMessage, QueueRef
+from core.limits import Limits
+from core.metadata import QueuePolicy, parse_policy
+from core.models import ClaimId, MessageId, NewMessage, QueueRef
 from storage.base import Store
 
 Q = QueueRef("project-a", "orders")
@@ -19,10 +20,11 @@ async def post(
     ttl: int | None = None,
     delay: int | None = None,
     client_id: str = CLIENT,
+    eligible: bool = True,
 ) -> list[MessageId]:
     return await store.post_messages(
         q,
-        [NewMessage(body=b, ttl=ttl, delay=delay) for b in bodies],
+        [NewMessage(body=b, ttl=ttl, delay=delay, dead_letter_eligible=eligible) for b in bodies],
         client_id=client_id,
         default_ttl=3600,
         default_delay=0,
@@ -39,3 +41,18 @@ async def set_policy(store: Store, q: QueueRef, **policy: Any) -> None:
     await store.set_metadata(
         q, metadata={keys[k]: v for k, v in policy.items()}, policy=QueuePolicy(**policy)
     )
+
+
+async def set_meta(store: Store, q: QueueRef, **metadata: Any) -> None:
+    """Write reserved metadata as the API does: validated into the policy the driver acts on."""
+    await store.set_metadata(q, metadata=metadata, policy=parse_policy(metadata, Limits(), queue=q.name))
+
+
+async def claim_ids(
+    store: Store, q: QueueRef, limit: int = 20, ttl: int = 60
+) -> tuple[ClaimId, list[MessageId]]:
+    """Claim and return (claim id, message ids); ("", []) when nothing was claimable."""
+    result = await store.claim(q, ttl=ttl, grace=60, limit=limit)
+    if result.claim is None:
+        return ClaimId(""), []
+    return result.claim.id, [m.id for m in result.claim.messages]

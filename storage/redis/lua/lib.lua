@@ -4,21 +4,24 @@
 --   prefix.."queues"            ZSET  queue names of the project (score 0, listed by lex order)
 --   prefix.."due"               ZSET  queue name -> ms, never later than the queue's next claim or message
 --                                     expiry; the sweeper (sweep.lua) visits the queues that are due
---   prefix.."q:"..name          HASH  meta (JSON), created, seq, policy fields (dttl ddelay maxpost maxcc
---                                     dlq dlqttl), counters n_dl (dead-lettered out), n_disc, n_rcv (received)
+--   prefix.."q:"..name          HASH  meta (JSON), created, seq, policy fields (POLICY_FIELDS below),
+--                                     counters n_dl (dead-lettered out), n_disc, n_rcv (received)
 --   prefix.."q:"..name..":msgs"     ZSET id -> marker      every live message of the queue (paging, FIFO)
 --   prefix.."q:"..name..":ready"    ZSET id -> marker      claimable now
 --   prefix.."q:"..name..":delayed"  ZSET id -> ms          not claimable before the score (delay)
 --   prefix.."q:"..name..":claimed"  ZSET id -> ms          claimed until the score
 --   prefix.."q:"..name..":expiry"   ZSET id -> ms          the message expires at the score
---   prefix.."m:"..id            HASH  q b t cr e k cl c ce cc av [dsrc drsn dcc dat dfirst]
+--   prefix.."m:"..id            HASH  q b t cr e k cl c ce cc av [ne] [dsrc drsn dcc dat dfirst drc drr drd]
+--                                     (ne = 1: not DLQ-eligible; drc redrive count; drr/drd rejection text)
 --   prefix.."c:"..claim_id      HASH  q ttl grace cr e;  prefix.."c:"..claim_id..":m"  LIST of message ids
+--   prefix.."t:"..task_id       HASH  a redrive task (redrive_step.lua)
 -- Every key shares the {project} hash tag, so a queue and its DLQ are in one cluster slot: a key derived
 -- here from data (a DLQ name, a message id) stays in the slot of the KEYS the caller passed.
 -- Invariant: a live message id is in msgs, in expiry, and in exactly one of ready / delayed / claimed.
 
 local HOUSEKEEP_BATCH = 100
 local GC_SLACK_MS = 300000  -- Redis drops a message hash this long after its logical expiry (memory only)
+local TASK_KEEP_MS = 7 * 86400000  -- a finished redrive task's record is kept this long
 
 local function qkeys(prefix, name)
   local base = prefix .. 'q:' .. name
@@ -71,9 +74,58 @@ local function remove_message(prefix, K, id)
   redis.call('DEL', prefix .. 'm:' .. id)
 end
 
+-- The operator's dead-letter defaults (core.metadata.DeadLetterDefaults), written here by scripts.py:
+-- AUTO_MAXCC for a queue without _max_claim_count, AUTO_PREFIX..name..AUTO_SUFFIX as the DLQ of a queue
+-- without _dead_letter_queue; a queue whose name fits that pattern is such a DLQ and gets neither.
+local AUTO_MAXCC, AUTO_PREFIX, AUTO_SUFFIX = nil, nil, nil
+--@DEFAULTS@
+
+local function is_auto_dlq(name)
+  if AUTO_PREFIX == nil then return false end
+  return #name >= #AUTO_PREFIX + #AUTO_SUFFIX and name:sub(1, #AUTO_PREFIX) == AUTO_PREFIX
+    and (AUTO_SUFFIX == '' or name:sub(-#AUTO_SUFFIX) == AUTO_SUFFIX)
+end
+
+local function split_numbers(text)
+  local out = {}
+  for v in string.gmatch(text, '[^,]+') do table.insert(out, tonumber(v)) end
+  return out
+end
+
 local function policy(K)
-  local p = redis.call('HMGET', K.queue, 'maxcc', 'dlq', 'dlqttl')
-  return {maxcc = tonumber(p[1]), dlq = p[2], dlqttl = tonumber(p[3])}
+  local p = redis.call('HMGET', K.queue, 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax', 'rjit',
+                       'rlevels', 'expttl')
+  local pol = {maxcc = tonumber(p[1]), dlq = p[2] or nil, dlqttl = tonumber(p[3]), rdelay = tonumber(p[4]),
+               rmult = tonumber(p[5]) or 1, rmax = tonumber(p[6]) or 0, rjit = tonumber(p[7]) or 0,
+               expttl = tonumber(p[9])}
+  if p[8] then pol.rlevels = split_numbers(p[8]) end
+  if not is_auto_dlq(K.name) then
+    if pol.maxcc == nil then pol.maxcc = AUTO_MAXCC end
+    if pol.dlq == nil and AUTO_PREFIX ~= nil then
+      pol.dlq = AUTO_PREFIX .. K.name:sub(1, 64 - #AUTO_PREFIX - #AUTO_SUFFIX) .. AUTO_SUFFIX
+    end
+  end
+  return pol
+end
+
+-- core.metadata.jitter_unit: a number in [0, 1) for the n-th wait of message `id`.
+local function jitter_unit(id, n)
+  return ((tonumber(id:sub(1, 8), 16) + n * 2654435761) % 4294967296) / 4294967296
+end
+
+-- core.metadata.Backoff.wait_ms: how long message `id` waits after its n-th claim ends (ms).
+local function backoff_ms(pol, id, n)
+  if n < 1 then n = 1 end
+  local wait
+  if pol.rlevels then
+    wait = pol.rlevels[math.min(n, #pol.rlevels)]
+  elseif pol.rdelay and pol.rdelay > 0 then
+    wait = math.min(pol.rdelay * pol.rmult ^ (n - 1), pol.rmax)
+  else
+    return 0
+  end
+  if pol.rjit > 0 then wait = wait * (1 + pol.rjit * (2 * jitter_unit(id, n) - 1)) end
+  return math.floor(wait)
 end
 
 local function exhausted(pol, cc)
@@ -81,13 +133,15 @@ local function exhausted(pol, cc)
 end
 
 -- Move message `id` of queue `name` to the policy's DLQ (returns 1), or discard it when the queue has no
--- DLQ (returns 0). One script, so a crash leaves it in exactly one queue (ARCHITECTURE.md §3 promise 1).
--- The moved message carries no claim, is claimable at once and gets a new marker in the DLQ.
-local function dead_letter(prefix, K, name, id, reason, now, pol)
+-- DLQ or the message is not DLQ-eligible (returns 0). One script, so a crash leaves it in exactly one queue
+-- (ARCHITECTURE.md §3 promise 1). The moved message carries no claim, is claimable at once and gets a new
+-- marker in the DLQ. Its ttl there: the DLQ ttl if set (for reason 'expired': pol.expttl), else what was
+-- left of it. `rejection` ({reason, description}, '' = not given) is the consumer's text for 'rejected'.
+local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
   local mk = prefix .. 'm:' .. id
-  local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst')
+  local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst', 'ne')
   unindex(K, id)
-  if not pol.dlq then
+  if not pol.dlq or f[5] == '1' then
     redis.call('DEL', mk)
     redis.call('HINCRBY', K.queue, 'n_disc', 1)
     return 0
@@ -96,10 +150,16 @@ local function dead_letter(prefix, K, name, id, reason, now, pol)
   ensure_queue(D, pol.dlq, now)
   local k = redis.call('HINCRBY', D.queue, 'seq', 1)
   local e = tonumber(f[3])
-  if pol.dlqttl then e = now + pol.dlqttl * 1000 end
+  if reason == 'expired' then e = now + (pol.expttl or 0) * 1000
+  elseif pol.dlqttl then e = now + pol.dlqttl * 1000 end
+  redis.call('HDEL', mk, 'drr', 'drd')
   redis.call('HSET', mk, 'q', pol.dlq, 'k', k, 'c', '', 'ce', 0, 'cc', 0, 'av', now, 'cr', now,
              't', math.ceil((e - now) / 1000), 'dsrc', name, 'drsn', reason, 'dcc', f[1] or 0,
              'dat', now, 'dfirst', f[4] or f[2])
+  if rejection then
+    if rejection[1] ~= '' then redis.call('HSET', mk, 'drr', rejection[1]) end
+    if rejection[2] ~= '' then redis.call('HSET', mk, 'drd', rejection[2]) end
+  end
   set_expiry(D, mk, id, e, now)
   redis.call('ZADD', D.msgs, k, id)
   redis.call('ZADD', D.ready, k, id)
@@ -108,34 +168,64 @@ local function dead_letter(prefix, K, name, id, reason, now, pol)
   return 1
 end
 
--- Return a message whose claim ended to the queue: ready again, or dead-lettered at once when it has
--- used up its claims (eager move, promise 7). Returns 'ready', 'moved' or 'discarded'.
-local function unclaim(prefix, K, name, id, now, pol)
+-- Return a message whose claim ended (at `ended`) to the queue: claimable again after its redelivery
+-- wait (`wait_ms`, or the policy's backoff when nil), or dead-lettered at once when it has used up its
+-- claims (eager move, promise 7). Returns 'ready', 'delayed', 'moved' or 'discarded'.
+local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms)
   local mk = prefix .. 'm:' .. id
   redis.call('ZREM', K.claimed, id)
   redis.call('HSET', mk, 'c', '', 'ce', 0)
   local f = redis.call('HMGET', mk, 'cc', 'k')
-  if exhausted(pol, tonumber(f[1])) then
+  local cc = tonumber(f[1])
+  if exhausted(pol, cc) then
     if dead_letter(prefix, K, name, id, 'max_claims', now, pol) == 1 then return 'moved' end
     return 'discarded'
   end
+  local av = ended + (wait_ms or backoff_ms(pol, id, cc))
+  if av > now then
+    redis.call('HSET', mk, 'av', av)
+    redis.call('ZADD', K.delayed, av, id)
+    return 'delayed'
+  end
   redis.call('ZADD', K.ready, f[2], id)
   return 'ready'
+end
+
+-- Take one message out of a claim that holds it, for release_message and dead_letter_message: errors
+-- CHARON_NO_MESSAGE (no such live message in the queue) or CHARON_CLAIM_MISMATCH (the claim does not hold
+-- it now).
+local function check_held(prefix, name, id, claim_id, now)
+  local f = redis.call('HMGET', prefix .. 'm:' .. id, 'q', 'e', 'c', 'ce')
+  if f[1] ~= name or tonumber(f[2]) <= now then
+    return redis.error_reply('CHARON_NO_MESSAGE Message ' .. id .. ' does not exist in queue ' .. name .. '.')
+  end
+  if f[3] ~= claim_id or tonumber(f[4]) <= now then
+    return redis.error_reply('CHARON_CLAIM_MISMATCH Claim ' .. claim_id .. ' does not hold message ' .. id ..
+      ' (the claim has expired or another claim holds the message).')
+  end
+  return nil
 end
 
 -- Bring the queue's indexes up to `now`, a bounded amount of work per call: drop expired messages, make
 -- delayed messages whose delay ended ready, and end expired claims.
 local function housekeep(prefix, K, name, now, pol)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.expiry, '-inf', now, 'LIMIT', 0, HOUSEKEEP_BATCH)) do
-    remove_message(prefix, K, id)
+    if pol.expttl and redis.call('EXISTS', prefix .. 'm:' .. id) == 1 then
+      dead_letter(prefix, K, name, id, 'expired', now, pol)
+    else
+      remove_message(prefix, K, id)
+    end
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.delayed, '-inf', now, 'LIMIT', 0, HOUSEKEEP_BATCH)) do
     redis.call('ZREM', K.delayed, id)
     local k = redis.call('HGET', prefix .. 'm:' .. id, 'k')
     if k then redis.call('ZADD', K.ready, k, id) else unindex(K, id) end
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.claimed, '-inf', now, 'LIMIT', 0, HOUSEKEEP_BATCH)) do
-    if redis.call('EXISTS', prefix .. 'm:' .. id) == 1 then unclaim(prefix, K, name, id, now, pol)
+  local lapsed = redis.call('ZRANGEBYSCORE', K.claimed, '-inf', now, 'WITHSCORES', 'LIMIT', 0, HOUSEKEEP_BATCH)
+  for i = 1, #lapsed, 2 do
+    local id = lapsed[i]
+    if redis.call('EXISTS', prefix .. 'm:' .. id) == 1 then
+      unclaim(prefix, K, name, id, now, pol, tonumber(lapsed[i + 1]))
     else unindex(K, id) end
   end
 end
@@ -160,13 +250,14 @@ local function keys_from(ks, name)
           expiry = ks[6], queues = ks[7], due = ks[8]}
 end
 
-local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl'}
+local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax',
+                       'rjit', 'rlevels', 'expttl', 'maxttl'}
 
 -- Write the metadata JSON and the policy fields parsed from it (ARGV from `first` on, '' = unset), if the
--- project's metadata version is still argv[first + 7] ('' = write regardless); bumps the version. The
--- version is project-wide because a DLQ cycle check reads several queues of the project.
+-- project's metadata version is still the argument after them ('' = write regardless); bumps the version.
+-- The version is project-wide because a DLQ cycle check reads several queues of the project.
 local function write_metadata(prefix, K, argv, first)
-  local expected = argv[first + 7]
+  local expected = argv[first + #POLICY_FIELDS + 1]
   local mver = prefix .. 'mver'
   if expected and expected ~= '' and tonumber(redis.call('GET', mver) or '0') ~= tonumber(expected) then
     return false

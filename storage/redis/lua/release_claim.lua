@@ -1,9 +1,12 @@
--- release_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id])
+-- release_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, delay_ms or ''])
 --   -> {due time lowered (0/1), n_released, n_dead_lettered, n_discarded}. An unknown claim releases
 --   nothing (Zaqar); a lapsed one whose messages housekeeping has not reached yet returns them just as
 --   housekeeping would.
--- A message that has used up its claims moves to the DLQ here and now (promise 7).
+-- Each message becomes claimable again after `delay_ms` (Pulsar's reconsumeLater), or when it is '' after
+-- the queue's redelivery backoff. A message that has used up its claims moves to the DLQ here and now
+-- (promise 7).
 local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local wait_ms = tonumber(ARGV[5])
 local K = keys_from(KEYS, ARGV[2])
 local ck = prefix .. 'c:' .. claim_id
 local out = {0, 0, 0, 0}
@@ -12,9 +15,9 @@ local pol = policy(K)
 for _, id in ipairs(redis.call('LRANGE', ck .. ':m', 0, -1)) do
   local f = redis.call('HMGET', prefix .. 'm:' .. id, 'c', 'q', 'e')
   if f[1] == claim_id and f[2] == name and tonumber(f[3]) > now then
-    local r = unclaim(prefix, K, name, id, now, pol)
-    if r == 'ready' then out[2] = out[2] + 1 elseif r == 'moved' then out[3] = out[3] + 1
-    else out[4] = out[4] + 1 end
+    local r = unclaim(prefix, K, name, id, now, pol, now, wait_ms)
+    if r == 'moved' then out[3] = out[3] + 1 elseif r == 'discarded' then out[4] = out[4] + 1
+    else out[2] = out[2] + 1 end
   end
 end
 redis.call('DEL', ck, ck .. ':m')

@@ -1,0 +1,209 @@
+"""Redrive (EXT, SQS's DLQ redrive / StartMessageMoveTask): move dead letters back, as a durable task."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from api.deps import (
+    ClockDep,
+    LimitsDep,
+    ProvenanceDep,
+    QueueDep,
+    RedriveDep,
+    StoreDep,
+    read_json,
+    validate_body,
+)
+from api.render import iso, json_response, messages
+from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut
+from app.redrive import LEASE_MS
+from core.errors import InvalidInput, NotFound
+from core.limits import is_valid_id
+from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
+from storage.base import Store
+
+router = APIRouter(tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+
+INLINE_LIMIT = 100  # a redrive of at most this many messages, unthrottled, is done before the answer
+PREVIEW_PAGE = 500
+PREVIEW_SCAN_CAP = 100_000  # messages a dry run looks at, at most
+SAMPLE = 10
+
+
+def _ms(value: Any) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _spec(q: QueueRef, body: RedriveIn) -> RedriveSpec:
+    f = body.filter
+    spec = RedriveSpec(
+        destination=body.destination,
+        source_queue=f.source_queue if f else None,
+        reason=f.reason if f else None,
+        after_ms=_ms(f.dead_lettered_after) if f else None,
+        before_ms=_ms(f.dead_lettered_before) if f else None,
+        limit=body.limit,
+        max_per_second=body.max_per_second,
+    )
+    if spec.destination == q.name:
+        raise InvalidInput(f"destination must be another queue than the DLQ {q.name!r} itself.")
+    if spec.after_ms is not None and spec.before_ms is not None and spec.after_ms >= spec.before_ms:
+        raise InvalidInput("filter.dead_lettered_after must be earlier than filter.dead_lettered_before.")
+    return spec
+
+
+def _request(spec: RedriveSpec) -> dict[str, Any]:
+    """The task's request as it was given (times in ISO 8601)."""
+    filters = {
+        "source_queue": spec.source_queue,
+        "reason": spec.reason,
+        "dead_lettered_after": iso(spec.after_ms) if spec.after_ms is not None else None,
+        "dead_lettered_before": iso(spec.before_ms) if spec.before_ms is not None else None,
+    }
+    out: dict[str, Any] = {
+        "destination": spec.destination,
+        "filter": {k: v for k, v in filters.items() if v is not None},
+        "limit": spec.limit,
+        "max_per_second": spec.max_per_second,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def task_out(t: RedriveTask) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "href": f"/v2/queues/{t.queue}/redrive/{t.id}",
+        "queue": t.queue,
+        "status": t.status,
+        "created": iso(t.created_ms),
+        "updated": iso(t.updated_ms),
+        "request": _request(t.spec),
+        "progress": {"scanned": t.scanned, "moved": t.moved, "skipped": t.skipped},
+    }
+
+
+async def _preview(
+    store: Store, q: QueueRef, spec: RedriveSpec, now: int, provenance: bool
+) -> dict[str, Any]:
+    """What a redrive would move now: the DLQ read page by page (nothing changes), counted and sampled."""
+    scanned = matched = claimed = 0
+    by_source: Counter[str] = Counter()
+    by_reason: Counter[str] = Counter()
+    sample: list[Message] = []
+    marker: int | None = None
+    while scanned < PREVIEW_SCAN_CAP:
+        page = await store.list_messages(
+            q,
+            marker=marker,
+            limit=PREVIEW_PAGE,
+            echo=True,
+            client_id="",
+            include_claimed=True,
+            include_delayed=True,
+        )
+        scanned += len(page.items)
+        for m in page.items:
+            if not spec.matches(m) or m.dead_letter is None:
+                continue
+            matched += 1
+            by_source[m.dead_letter.source_queue] += 1
+            by_reason[m.dead_letter.reason] += 1
+            if m.is_claimed(now):
+                claimed += 1
+            elif len(sample) < SAMPLE:
+                sample.append(m)
+        if page.next_marker is None:
+            break
+        marker = int(page.next_marker)
+    movable = matched - claimed
+    return {
+        "dry_run": True,
+        "scanned": scanned,
+        "matched": matched,
+        "would_move": movable if spec.limit is None else min(movable, spec.limit),
+        "claimed": claimed,
+        "by_source_queue": dict(by_source),
+        "by_reason": dict(by_reason),
+        "sample": messages(sample, now, provenance=provenance),
+        "complete": marker is None or scanned < PREVIEW_SCAN_CAP,
+    }
+
+
+@router.post(
+    "/v2/queues/{queue_name}/redrive",
+    status_code=202,
+    response_model=RedriveTaskOut,
+    summary="Move dead letters back to their source queue, or to a destination (EXT)",
+    responses={
+        200: {
+            "description": "A dry run (RedrivePreviewOut), or a small redrive done before the answer "
+            "(RedriveTaskOut).",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {"$ref": "#/components/schemas/RedrivePreviewOut"},
+                            {"$ref": "#/components/schemas/RedriveTaskOut"},
+                        ]
+                    }
+                }
+            },
+        },
+    },
+    openapi_extra={
+        "requestBody": {
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RedriveIn"}}}
+        }
+    },
+)
+async def start_redrive(
+    q: QueueDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    clock: ClockDep,
+    provenance: ProvenanceDep,
+    runner: RedriveDep,
+    request: Request,
+) -> Response:
+    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="A redrive request")
+    body = validate_body(RedriveIn, raw or {})
+    spec = _spec(q, body)
+    if body.dry_run:
+        return json_response(await _preview(store, q, spec, clock.now_ms(), provenance))
+    task_id = TaskId(uuid.uuid4().hex)
+    task = await store.create_redrive(q, task_id, spec, owner=runner.owner, lease_ms=LEASE_MS)
+    if spec.limit is not None and spec.limit <= INLINE_LIMIT and spec.max_per_second is None:
+        done = await runner.run(q, task_id)
+        return json_response(task_out(done or await store.get_redrive(q, task_id)))
+    runner.start(q, task_id)
+    return json_response(task_out(task), status_code=202, headers={"Location": task_out(task)["href"]})
+
+
+def _task_id(task_id: str, q: QueueRef) -> TaskId:
+    if not is_valid_id(task_id):
+        raise NotFound(f"Queue {q.name} has no redrive task {task_id[:40]}.")
+    return TaskId(task_id)
+
+
+@router.get(
+    "/v2/queues/{queue_name}/redrive/{task_id}",
+    response_model=RedriveTaskOut,
+    summary="A redrive task's progress (EXT)",
+    responses={404: {"model": ErrorOut}},
+)
+async def get_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
+    return json_response(task_out(await store.get_redrive(q, _task_id(task_id, q))))
+
+
+@router.delete(
+    "/v2/queues/{queue_name}/redrive/{task_id}",
+    response_model=RedriveTaskOut,
+    summary="Cancel a running redrive task; what it moved stays moved (EXT)",
+    responses={404: {"model": ErrorOut}},
+)
+async def cancel_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
+    return json_response(task_out(await store.cancel_redrive(q, _task_id(task_id, q))))

@@ -1,0 +1,90 @@
+"""Runs redrive tasks: the process that starts one runs it; any process takes over one whose runner died."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from core.errors import CharonError, StorageUnavailable
+from core.models import QueueRef, RedriveTask, TaskId
+from storage.base import Store
+
+log = logging.getLogger("charon.redrive")
+
+BATCH = 100  # messages one step looks at
+LEASE_MS = 15_000  # a runner that has not stepped a task for this long has lost it to whoever takes it
+POLL_S = 2.0  # how often a process looks for tasks nobody holds
+TAKE_AT_ONCE = 4  # tasks one look takes
+
+
+class RedriveRunner:
+    """Steps redrive tasks (store.redrive_step) a batch at a time, at most `max_per_second` moves a second
+    when the task asks for it. Each process has one, with an owner name of its own."""
+
+    def __init__(self, store: Callable[[], Store]) -> None:
+        self._store = store
+        self.owner = uuid.uuid4().hex
+        self._running: dict[TaskId, asyncio.Task[RedriveTask | None]] = {}
+
+    def start(self, q: QueueRef, task_id: TaskId) -> None:
+        """Run the task (already held by this runner) in the background."""
+        if task_id not in self._running:
+            task = asyncio.create_task(self.run(q, task_id), name=f"charon-redrive-{task_id}")
+            self._running[task_id] = task
+            task.add_done_callback(lambda _: self._running.pop(task_id, None))
+
+    async def run(self, q: QueueRef, task_id: TaskId) -> RedriveTask | None:
+        """Step the task until it ends, is cancelled, or another runner holds it; returns it as it was last
+        seen (None when storage failed: the lease then lapses and a runner takes it over)."""
+        store = self._store()
+        task: RedriveTask | None = None
+        try:
+            while True:
+                task = await store.get_redrive(q, task_id) if task is None else task
+                rate = task.spec.max_per_second
+                batch = min(BATCH, rate) if rate else BATCH
+                began = time.monotonic()
+                before = task.moved
+                task = await store.redrive_step(q, task_id, owner=self.owner, lease_ms=LEASE_MS, batch=batch)
+                if task.status != "running" or task.owner != self.owner:
+                    return task
+                if rate:
+                    await asyncio.sleep(max(0.0, (task.moved - before) / rate - (time.monotonic() - began)))
+                else:
+                    await asyncio.sleep(0)  # let requests in between batches
+        except StorageUnavailable as exc:
+            log.warning("redrive %s paused: %s", task_id, exc.description)
+        except CharonError as exc:
+            log.warning("redrive %s stopped: %s", task_id, exc.description)
+        except Exception:
+            log.exception("redrive %s failed", task_id)
+        return task
+
+    async def adopt(self) -> int:
+        """Take the running tasks nobody holds and start them; returns how many."""
+        taken = await self._store().lease_redrives(self.owner, lease_ms=LEASE_MS, limit=TAKE_AT_ONCE)
+        for q, task_id in taken:
+            self.start(q, task_id)
+        return len(taken)
+
+    async def run_forever(self) -> None:
+        """adopt() every POLL_S seconds until cancelled; then stop the tasks this process runs (their
+        leases lapse and another process takes them over)."""
+        try:
+            while True:
+                try:
+                    await self.adopt()
+                except StorageUnavailable as exc:
+                    log.warning("redrive adoption skipped: %s", exc.description)
+                except Exception:
+                    log.exception("redrive adoption failed")
+                await asyncio.sleep(POLL_S)
+        finally:
+            for task in list(self._running.values()):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

@@ -1,0 +1,67 @@
+-- redrive_step(KEYS=queue keys of the DLQ, ARGV=[prefix, name, now, task_id, owner, lease_ms, batch])
+--   -> {due time lowered (0/1), status, cursor, scanned, moved, skipped}, or error CHARON_NO_TASK.
+-- One batch of a redrive task, done only while `owner` holds the task and it is running: looks at the next
+-- `batch` messages of the DLQ after the task's cursor (up to its end marker) and moves each one that
+-- matches the filters back to the task's destination, or to the queue it was dead-lettered from. Each move
+-- and the task's progress are in this one script, so a task resumed after a crash moves nothing twice and
+-- its counts are exact. A moved message gets a new marker in its destination, no claim, claim count 0, and
+-- its provenance's redrive count goes up by one. Claimed messages, and ones with nowhere to go, are skipped.
+local prefix, name, now, task_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local owner, lease_ms, batch = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local K = keys_from(KEYS, ARGV[2])
+local tk = prefix .. 't:' .. task_id
+local t = redis.call('HMGET', tk, 'q', 'status', 'owner', 'cursor', 'end', 'scanned', 'moved', 'skipped',
+                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit')
+if t[1] ~= name then return redis.error_reply('CHARON_NO_TASK No such redrive task on queue ' .. name .. '.') end
+local status, cursor, last = t[2], tonumber(t[4]), tonumber(t[5])
+local scanned, moved, skipped = tonumber(t[6]), tonumber(t[7]), tonumber(t[8])
+if status ~= 'running' or t[3] ~= owner then return {0, status, cursor, scanned, moved, skipped} end
+local dest, fsrc, frsn = t[9], t[10], t[11]
+local after, before, limit = tonumber(t[12]), tonumber(t[13]), tonumber(t[14])
+housekeep(prefix, K, name, now, policy(K))
+
+local function matches(f)
+  if not f[4] then return false end  -- not a dead letter: nothing says where it came from
+  if fsrc ~= '' and f[4] ~= fsrc then return false end
+  if frsn ~= '' and f[5] ~= frsn then return false end
+  local at = tonumber(f[6])
+  if after and at < after then return false end
+  if before and at >= before then return false end
+  return true
+end
+
+local function redrive(id, to, f)
+  local mk = prefix .. 'm:' .. id
+  local D = qkeys(prefix, to)
+  unindex(K, id)
+  ensure_queue(D, to, now)
+  local k = redis.call('HINCRBY', D.queue, 'seq', 1)
+  redis.call('HSET', mk, 'q', to, 'k', k, 'c', '', 'ce', 0, 'cc', 0, 'av', now,
+             'drc', (tonumber(f[7]) or 0) + 1)
+  set_expiry(D, mk, id, tonumber(f[1]), now)
+  redis.call('ZADD', D.msgs, k, id)
+  redis.call('ZADD', D.ready, k, id)
+end
+
+local ids = redis.call('ZRANGEBYSCORE', K.msgs, '(' .. cursor, last, 'WITHSCORES', 'LIMIT', 0, batch)
+for i = 1, #ids, 2 do
+  local id = ids[i]
+  cursor = tonumber(ids[i + 1])
+  scanned = scanned + 1
+  local f = redis.call('HMGET', prefix .. 'm:' .. id, 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc')
+  if f[1] and tonumber(f[1]) > now and matches(f) then
+    local to = dest ~= '' and dest or f[4]
+    if (f[2] ~= '' and tonumber(f[3]) > now) or to == name then
+      skipped = skipped + 1
+    else
+      redrive(id, to, f)
+      moved = moved + 1
+      if limit and moved >= limit then break end
+    end
+  end
+end
+if #ids < 2 * batch or (limit and moved >= limit) or cursor >= last then status = 'succeeded' end
+redis.call('HSET', tk, 'status', status, 'cursor', cursor, 'scanned', scanned, 'moved', moved,
+           'skipped', skipped, 'up', now, 'lease', now + lease_ms)
+if status ~= 'running' then redis.call('PEXPIRE', tk, TASK_KEEP_MS) end
+return {SWEEP.lowered, status, cursor, scanned, moved, skipped}
