@@ -91,7 +91,7 @@ def create_app(
     app.state.provenance = settings.provenance
     app.state.clock = clock
     app.state.defaults = defaults
-    app.state.redrive = RedriveRunner(lambda: app.state.store)
+    app.state.redrive = RedriveRunner(lambda: app.state.store, lease_ms=int(settings.redrive_lease * 1000))
     if store is not None:
         app.state.store = store
     register_error_handlers(app)

@@ -16,7 +16,7 @@ from storage.base import Store
 log = logging.getLogger("charon.redrive")
 
 BATCH = 100  # messages one step looks at
-LEASE_MS = 15_000  # a runner that has not stepped a task for this long has lost it to whoever takes it
+LEASE_MS = 15_000  # default: a runner that has not stepped a task this long loses it to whoever takes it
 POLL_S = 2.0  # how often a process looks for tasks nobody holds
 TAKE_AT_ONCE = 4  # tasks one look takes
 
@@ -25,8 +25,9 @@ class RedriveRunner:
     """Steps redrive tasks (store.redrive_step) a batch at a time, at most `max_per_second` moves a second
     when the task asks for it. Each process has one, with an owner name of its own."""
 
-    def __init__(self, store: Callable[[], Store]) -> None:
+    def __init__(self, store: Callable[[], Store], *, lease_ms: int = LEASE_MS) -> None:
         self._store = store
+        self.lease_ms = lease_ms
         self.owner = uuid.uuid4().hex
         self._running: dict[TaskId, asyncio.Task[RedriveTask | None]] = {}
 
@@ -49,7 +50,9 @@ class RedriveRunner:
                 batch = min(BATCH, rate) if rate else BATCH
                 began = time.monotonic()
                 before = task.moved
-                task = await store.redrive_step(q, task_id, owner=self.owner, lease_ms=LEASE_MS, batch=batch)
+                task = await store.redrive_step(
+                    q, task_id, owner=self.owner, lease_ms=self.lease_ms, batch=batch
+                )
                 if task.status != "running" or task.owner != self.owner:
                     return task
                 if rate:
@@ -66,7 +69,7 @@ class RedriveRunner:
 
     async def adopt(self) -> int:
         """Take the running tasks nobody holds and start them; returns how many."""
-        taken = await self._store().lease_redrives(self.owner, lease_ms=LEASE_MS, limit=TAKE_AT_ONCE)
+        taken = await self._store().lease_redrives(self.owner, lease_ms=self.lease_ms, limit=TAKE_AT_ONCE)
         for q, task_id in taken:
             self.start(q, task_id)
         return len(taken)

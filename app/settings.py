@@ -32,11 +32,12 @@ class Settings(BaseSettings):
     port: int = Field(8888, description="Port `charon serve` binds.")
     workers: int = Field(1, description="Worker processes of `charon serve` (about one per core).")
     sweep_interval: float = Field(
-        1.0,
+        0.5,
         ge=0,
         le=60,
-        description="Seconds between background sweeps, which end expired claims and move exhausted "
-        "messages to their DLQ at once (0 turns the sweeper off; the queue's next use still does it).",
+        description="Seconds between background sweeps, which end expired claims and move exhausted (or, "
+        "with `_dead_letter_on_expiry`, expired) messages to their DLQ at once (0 turns the sweeper off; "
+        "the queue's next use still does it).",
     )
     provenance: bool = Field(
         True,
@@ -66,6 +67,13 @@ class Settings(BaseSettings):
         "clients send.",
     )
 
+    redrive_lease: float = Field(
+        15.0,
+        ge=1,
+        le=600,
+        description="Seconds a redrive task's runner may go without a step before another API process takes "
+        "the task over (and resumes it where it stopped).",
+    )
     default_max_claim_count: int | None = Field(
         None,
         ge=1,

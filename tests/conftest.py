@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
+from core.metadata import DeadLetterDefaults
 from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.pooling.catalogue import Pool
@@ -111,7 +112,12 @@ async def mongo_store(mongodb_uri: str, clock: ManualClock) -> AsyncIterator[Mon
 
 
 async def pooled(
-    redis_url: str, mongodb_uri: str, clock: ManualClock, *, heavy: str
+    redis_url: str,
+    mongodb_uri: str,
+    clock: ManualClock,
+    *,
+    heavy: str,
+    defaults: DeadLetterDefaults | None = None,
 ) -> AsyncIterator[PooledStore]:
     """A Redis pool and a MongoDB pool behind one API, the catalogue in Redis. The `heavy` pool weighs 1000
     and the other 1, so the test's project lands in the heavy one (its DLQs with it)."""
@@ -120,7 +126,7 @@ async def pooled(
     for name, uri in (("redis", redis_url), ("mongo", mongodb_uri)):
         weight = 1000 if name == heavy else 1
         await catalogue.put_pool(Pool(name, uri, weight=weight, options={"namespace": namespace}))
-    store = PooledStore(catalogue, namespace=namespace, clock=clock)
+    store = PooledStore(catalogue, namespace=namespace, clock=clock, defaults=defaults)
     yield store
     await close_pooled(store)
 
@@ -187,3 +193,26 @@ def api_client(app: FastAPI) -> httpx.AsyncClient:
 async def client(store: Store, clock: ManualClock, settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     async with api_client(create_app(settings, store=store, clock=clock)) as c:
         yield c
+
+
+AUTO_DLQ = DeadLetterDefaults(max_claim_count=2, template="{queue}.DLQ")
+
+
+@pytest.fixture(params=["redis", "mongo", "pooled-redis"])
+async def defaulted_store(
+    request: pytest.FixtureRequest, redis_url: str, mongodb_uri: str, clock: ManualClock
+) -> AsyncIterator[Store]:
+    """A store of each kind run with the operator's dead-letter defaults AUTO_DLQ."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    if request.param == "pooled-redis":
+        async for pooled_store in pooled(redis_url, mongodb_uri, clock, heavy="redis", defaults=AUTO_DLQ):
+            yield pooled_store
+        return
+    if request.param == "redis":
+        store: Store = RedisStore.from_url(redis_url, namespace=namespace, clock=clock, defaults=AUTO_DLQ)
+    else:
+        store = MongoStore.from_url(mongodb_uri, namespace=namespace, clock=clock, defaults=AUTO_DLQ)
+    yield store
+    if isinstance(store, MongoStore):
+        await store.drop_collections()
+    await store.aclose()

@@ -20,7 +20,6 @@ from api.deps import (
 )
 from api.render import iso, json_response, messages
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut
-from app.redrive import LEASE_MS
 from core.errors import InvalidInput, NotFound
 from core.limits import is_valid_id
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
@@ -70,7 +69,7 @@ def _request(spec: RedriveSpec) -> dict[str, Any]:
         "limit": spec.limit,
         "max_per_second": spec.max_per_second,
     }
-    return {k: v for k, v in out.items() if v is not None}
+    return {k: v for k, v in out.items() if v}
 
 
 def task_out(t: RedriveTask) -> dict[str, Any]:
@@ -175,7 +174,7 @@ async def start_redrive(
     if body.dry_run:
         return json_response(await _preview(store, q, spec, clock.now_ms(), provenance))
     task_id = TaskId(uuid.uuid4().hex)
-    task = await store.create_redrive(q, task_id, spec, owner=runner.owner, lease_ms=LEASE_MS)
+    task = await store.create_redrive(q, task_id, spec, owner=runner.owner, lease_ms=runner.lease_ms)
     if spec.limit is not None and spec.limit <= INLINE_LIMIT and spec.max_per_second is None:
         done = await runner.run(q, task_id)
         return json_response(task_out(done or await store.get_redrive(q, task_id)))

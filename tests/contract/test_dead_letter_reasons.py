@@ -21,7 +21,8 @@ async def test_reject_moves_a_claimed_message_now_with_its_reason(store: Store, 
     assert await store.dead_letter_message(Q, first, claim_id=cid, rejection=rejection)
     assert await store.get_messages(Q, [first]) == []
     [moved] = await store.get_messages(DLQ, [first])
-    assert moved.claim_id is None and moved.claim_count == 0
+    assert moved.claim_id is None
+    assert moved.claim_count == 0
     d = moved.dead_letter
     assert d is not None
     assert (d.source_queue, d.reason, d.claim_count, d.rejection) == (Q.name, "rejected", 1, rejection)
@@ -44,7 +45,8 @@ async def test_reject_without_text_and_errors(store: Store, clock: ManualClock) 
         await store.dead_letter_message(Q, MessageId("0" * 32), claim_id=cid, rejection=Rejection())
     assert await store.dead_letter_message(Q, mid, claim_id=cid, rejection=Rejection())
     [moved] = await store.get_messages(DLQ, [mid])
-    assert moved.dead_letter is not None and moved.dead_letter.rejection is None
+    assert moved.dead_letter is not None
+    assert moved.dead_letter.rejection is None
     [other] = await post(store, Q, "y")
     cid, _ = await claim_ids(store, Q)
     clock.advance(61)  # the claim expired
@@ -145,4 +147,5 @@ async def test_solace_delayed_consumption_recipe(store: Store, clock: ManualCloc
     cid, ids = await claim_ids(store, work)
     assert ids == [mid]
     [m] = (await store.get_claim(work, cid)).messages
-    assert m.body == {"remind": "tea"} and m.ttl == 3600
+    assert m.body == {"remind": "tea"}
+    assert m.ttl == 3600

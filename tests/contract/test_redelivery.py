@@ -136,4 +136,5 @@ async def test_exhausted_message_moves_at_release_whatever_the_delay(
     cid, _ = await claim_ids(store, Q)
     await store.release_message(Q, mid, claim_id=cid, delay=300)
     [moved] = await store.get_messages(DLQ, [mid])
-    assert moved.dead_letter is not None and moved.dead_letter.reason == "max_claims"
+    assert moved.dead_letter is not None
+    assert moved.dead_letter.reason == "max_claims"

@@ -1,0 +1,274 @@
+"""Issue 7 through the HTTP API, end to end: redelivery backoff, release with a delay, reject, expiry to the
+DLQ, DLQ-eligibility, redrive (dry run, inline, as a task, cancelled) and auto-named DLQs, with every new key
+and parameter's bad input answered 400 naming its bound."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from api.schemas import MessageOut, RedrivePreviewOut, RedriveTaskOut
+from app.main import create_app
+from app.settings import Settings
+from core.clock import ManualClock
+from storage.base import Store
+from tests.api.test_flows import JSON_PATCH, post_messages
+from tests.conftest import api_client
+
+SPENT = {"_max_claim_count": 1, "_dead_letter_queue": "orders.dlq"}
+
+
+async def claim(client: httpx.AsyncClient, queue: str, limit: int = 10) -> tuple[str, list[dict[str, Any]]]:
+    """(claim id, messages), or ("", []) on 204."""
+    r = await client.post(f"/v2/queues/{queue}/claims?limit={limit}", json={"ttl": 60, "grace": 60})
+    if r.status_code == 204:
+        return "", []
+    assert r.status_code == 201, r.text
+    return r.headers["location"].rsplit("/", 1)[1], r.json()["messages"]
+
+
+async def dead_letter_all(client: httpx.AsyncClient, queue: str, *bodies: object) -> list[str]:
+    assert (await client.put(f"/v2/queues/{queue}", json=SPENT)).status_code in (201, 204)
+    ids = await post_messages(client, queue, *bodies)
+    cid, _ = await claim(client, queue, limit=20)
+    assert (await client.delete(f"/v2/queues/{queue}/claims/{cid}")).status_code == 204
+    return ids
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("_redelivery_delay", -1, "between 0 and 43200"),
+        ("_redelivery_delay", 50_000, "between 0 and 43200"),
+        ("_redelivery_delay", "5", "between 0 and 43200"),
+        ("_redelivery_delay_multiplier", 0.5, "between 1 and 100"),
+        ("_max_redelivery_delay", 43_201, "between 0 and 43200"),
+        ("_redelivery_jitter", 1.5, "between 0 and 1"),
+        ("_redelivery_delay_levels", [], "1 to 32"),
+        ("_redelivery_delay_levels", "1s", "1 to 32"),
+        ("_redelivery_delay_levels", ["5x"], '"1s", "500ms"'),
+        ("_redelivery_delay_levels", ["13h"], "between 0 and 43200 seconds"),
+        ("_dead_letter_on_expiry", "yes", "true or false"),
+        ("_max_message_ttl", 10, "between 60 and 1209600"),
+    ],
+)
+async def test_bad_new_keys_are_400_with_the_bound(
+    client: httpx.AsyncClient, key: str, value: Any, fragment: str
+) -> None:
+    r = await client.put("/v2/queues/q", json={key: value})
+    assert r.status_code == 400, r.text
+    assert key in r.json()["description"]
+    assert fragment in r.json()["description"]
+    op = [{"op": "add", "path": f"/metadata/{key}", "value": value}]
+    r = await client.patch("/v2/queues/q", json=op, headers={"Content-Type": JSON_PATCH})
+    assert r.status_code == 400, r.text
+
+
+async def test_default_ttl_above_max_ttl_is_refused(client: httpx.AsyncClient) -> None:
+    r = await client.put("/v2/queues/q", json={"_max_message_ttl": 120, "_default_message_ttl": 600})
+    assert r.status_code == 400
+    assert "must not exceed _max_message_ttl (120)" in r.json()["description"]
+
+
+async def test_backoff_and_release_with_delay_over_http(
+    client: httpx.AsyncClient, clock: ManualClock
+) -> None:
+    meta = {"_redelivery_delay": 5, "_redelivery_delay_multiplier": 2, "_max_redelivery_delay": 15}
+    assert (await client.put("/v2/queues/jobs", json=meta)).status_code == 201
+    assert (await client.get("/v2/queues/jobs")).json()["_redelivery_delay"] == 5
+    [mid] = await post_messages(client, "jobs", "job")
+    cid, _ = await claim(client, "jobs")
+    assert (await client.delete(f"/v2/queues/jobs/claims/{cid}")).status_code == 204
+    clock.advance(4.999)
+    assert (await claim(client, "jobs"))[1] == []
+    clock.advance(0.001)
+    cid, [m] = await claim(client, "jobs")
+    assert (m["id"], m["claim_count"]) == (mid, 2)
+    for bad in ("-1", "43201", "soon"):
+        r = await client.delete(f"/v2/queues/jobs/claims/{cid}?delay={bad}")
+        assert r.status_code == 400, r.text
+    assert (await client.delete(f"/v2/queues/jobs/claims/{cid}?delay=30")).status_code == 204
+    clock.advance(29.999)
+    assert (await claim(client, "jobs"))[1] == []
+    clock.advance(0.001)
+    assert [m["id"] for m in (await claim(client, "jobs"))[1]] == [mid]
+
+
+async def test_release_one_message_over_http(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    first, second = await post_messages(client, "jobs", "a", "b")
+    cid, _ = await claim(client, "jobs")
+    base = f"/v2/queues/jobs/messages/{first}/release"
+    assert (await client.post(base)).status_code == 400  # claim_id is required
+    assert (await client.post(f"{base}?claim_id={'f' * 32}")).status_code == 403
+    assert (
+        await client.post(f"/v2/queues/jobs/messages/{'0' * 32}/release?claim_id={cid}")
+    ).status_code == 404
+    assert (await client.post(f"{base}?claim_id={cid}&delay=99999")).status_code == 400
+    assert (await client.post(f"{base}?claim_id={cid}&delay=10")).status_code == 204
+    held = (await client.get(f"/v2/queues/jobs/claims/{cid}")).json()["messages"]
+    assert [m["id"] for m in held] == [second]
+    clock.advance(10)
+    assert [m["id"] for m in (await claim(client, "jobs"))[1]] == [first]
+
+
+async def test_reject_over_http(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    [mid] = await post_messages(client, "orders", {"sku": None})
+    cid, _ = await claim(client, "orders")
+    url = f"/v2/queues/orders/messages/{mid}/dead_letter?claim_id={cid}"
+    r = await client.post(url, json={"reason": "bad schema"})
+    assert r.status_code == 409
+    assert "no dead-letter queue" in r.json()["description"]
+    op = [{"op": "add", "path": "/metadata/_dead_letter_queue", "value": "orders.dlq"}]
+    assert (
+        await client.patch("/v2/queues/orders", json=op, headers={"Content-Type": JSON_PATCH})
+    ).status_code == 200
+    for body, status in (({"reason": "x" * 257}, 400), ({"why": "?"}, 400), ({"reason": 5}, 400)):
+        assert (await client.post(url, json=body)).status_code == status
+    wrong = f"/v2/queues/orders/messages/{mid}/dead_letter?claim_id={'a' * 32}"
+    assert (await client.post(wrong)).status_code == 403
+    r = await client.post(url, json={"reason": "bad schema", "description": "sku is null"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"outcome": "moved"}
+    got = (await client.get(f"/v2/queues/orders.dlq/messages/{mid}")).json()
+    MessageOut.model_validate(got)
+    assert got["dead_letter"]["reason"] == "rejected"
+    assert got["dead_letter"]["rejection"] == {"reason": "bad schema", "description": "sku is null"}
+    assert (await client.post(url)).status_code == 404  # gone from the queue
+
+
+async def test_expiry_to_dlq_and_eligibility_over_http(
+    client: httpx.AsyncClient, store: Store, clock: ManualClock
+) -> None:
+    meta = {"_dead_letter_queue": "orders.dlq", "_dead_letter_on_expiry": True, "_max_message_ttl": 60}
+    assert (await client.put("/v2/queues/orders", json=meta)).status_code == 201
+    r = await client.post(
+        "/v2/queues/orders/messages",
+        json={"messages": [{"body": "keep", "ttl": 600}, {"body": "drop", "dead_letter_eligible": False}]},
+    )
+    assert r.status_code == 201
+    keep, drop = (h.rsplit("/", 1)[1] for h in r.json()["resources"])
+    shown = (await client.get(f"/v2/queues/orders/messages/{drop}")).json()
+    assert (shown["ttl"], shown["dead_letter_eligible"]) == (60, False)
+    bad = {"messages": [{"body": 1, "dead_letter_eligible": "no"}]}
+    assert (await client.post("/v2/queues/orders/messages", json=bad)).status_code == 400
+    clock.advance(60)
+    await store.sweep()
+    got = (await client.get(f"/v2/queues/orders.dlq/messages/{keep}")).json()
+    assert got["dead_letter"]["reason"] == "expired"
+    assert (await client.get(f"/v2/queues/orders.dlq/messages/{drop}")).status_code == 404
+    stats = (await client.get("/v2/queues/orders/stats")).json()["messages"]
+    assert (stats["dead_lettered"], stats["discarded"], stats["total"]) == (1, 1, 0)
+
+
+async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    ids = await dead_letter_all(client, "orders", "o1", "o2")
+    await dead_letter_all(client, "billing", "b1")
+    r = await client.post(
+        "/v2/queues/orders.dlq/redrive", json={"dry_run": True, "filter": {"source_queue": "orders"}}
+    )
+    assert r.status_code == 200, r.text
+    preview = RedrivePreviewOut.model_validate(r.json())
+    assert (preview.matched, preview.would_move, preview.by_source_queue) == (2, 2, {"orders": 2})
+    assert [m.id for m in preview.sample] == ids
+    assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] == 3  # moved nothing
+    r = await client.post(
+        "/v2/queues/orders.dlq/redrive", json={"filter": {"source_queue": "orders"}, "limit": 10}
+    )
+    assert r.status_code == 200, r.text
+    task = RedriveTaskOut.model_validate(r.json())
+    assert (task.status, task.progress.moved) == ("succeeded", 2)
+    back = (await client.get("/v2/queues/orders/messages?echo=true")).json()["messages"]
+    assert [(m["id"], m["claim_count"], m["dead_letter"]["redrive_count"]) for m in back] == [
+        (ids[0], 0, 1),
+        (ids[1], 0, 1),
+    ]
+    assert (await client.get(task.href)).json()["status"] == "succeeded"
+
+
+async def test_redrive_as_a_task_then_cancel(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    await dead_letter_all(client, "orders", *range(20))
+    r = await client.post("/v2/queues/orders.dlq/redrive", json={"destination": "replay"})
+    assert r.status_code == 202, r.text
+    href = r.headers["location"]
+    for _ in range(200):
+        task = (await client.get(href)).json()
+        if task["status"] != "running":
+            break
+        await asyncio.sleep(0.02)
+    assert (task["status"], task["progress"]["moved"]) == ("succeeded", 20)
+    assert task["request"] == {"destination": "replay"}
+    assert (await client.get("/v2/queues/replay/stats")).json()["messages"]["total"] == 20
+    await dead_letter_all(client, "orders", *range(5))
+    r = await client.post("/v2/queues/orders.dlq/redrive", json={"max_per_second": 1})
+    assert r.status_code == 202
+    cancelled = (await client.delete(r.headers["location"])).json()
+    assert cancelled["status"] == "cancelled"
+    await asyncio.sleep(1.2)  # a runner mid-batch stops at its next step
+    after = (await client.get(r.headers["location"])).json()
+    assert after["status"] == "cancelled"
+    assert after["progress"]["moved"] <= 2
+    assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] >= 3
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"destination": "orders.dlq"}, "another queue"),
+        ({"destination": "bad name"}, "destination"),
+        ({"filter": {"reason": "tired"}}, "filter.reason"),
+        (
+            {
+                "filter": {
+                    "dead_lettered_after": "2026-01-02T00:00:00Z",
+                    "dead_lettered_before": "2026-01-01T00:00:00Z",
+                }
+            },
+            "earlier",
+        ),
+        ({"filter": {"dead_lettered_after": "yesterday"}}, "dead_lettered_after"),
+        ({"limit": 0}, "limit"),
+        ({"max_per_second": 10_001}, "max_per_second"),
+        ({"dry_run": "yes"}, "dry_run"),
+        ({"everything": True}, "everything"),
+    ],
+)
+async def test_bad_redrive_requests(client: httpx.AsyncClient, body: dict[str, Any], fragment: str) -> None:
+    r = await client.post("/v2/queues/orders.dlq/redrive", json=body)
+    assert r.status_code == 400, r.text
+    assert fragment in r.json()["description"]
+
+
+async def test_unknown_redrive_task_is_404(client: httpx.AsyncClient) -> None:
+    assert (await client.get(f"/v2/queues/orders.dlq/redrive/{'1' * 32}")).status_code == 404
+    assert (await client.delete("/v2/queues/orders.dlq/redrive/nope")).status_code == 404
+
+
+async def test_auto_named_dlqs_over_http(defaulted_store: Store, clock: ManualClock) -> None:
+    settings = Settings(
+        storage_uri="redis://unused", default_max_claim_count=2, dead_letter_queue_template="{queue}.DLQ"
+    )
+    async with api_client(create_app(settings, store=defaulted_store, clock=clock)) as client:
+        shown = (await client.get("/v2/queues/orders")).json()
+        assert (shown["_max_claim_count"], shown["_dead_letter_queue"]) == (2, "orders.DLQ")
+        assert "_dead_letter_queue" not in (await client.get("/v2/queues/orders.DLQ")).json()
+        [mid] = await post_messages(client, "orders", "x")
+        for _ in range(2):
+            cid, _ = await claim(client, "orders")
+            await client.delete(f"/v2/queues/orders/claims/{cid}")
+        got = (await client.get(f"/v2/queues/orders.DLQ/messages/{mid}")).json()
+        assert got["dead_letter"]["source_queue"] == "orders"
+        r = await client.put("/v2/queues/orders.DLQ", json={"_dead_letter_queue": "orders"})
+        assert r.status_code == 400  # orders -> orders.DLQ (by the template) -> orders would be a cycle
+        assert "cycle" in r.json()["description"]
+
+
+@pytest.mark.parametrize(
+    "template", ["{queue}", "DLQ", "{queue}/dlq", "{queue}.{queue}", "x" * 33 + "{queue}"]
+)
+def test_bad_templates_stop_the_service_at_start(template: str) -> None:
+    with pytest.raises(ValidationError, match="template"):
+        Settings(storage_uri="redis://unused", dead_letter_queue_template=template)

@@ -1,0 +1,157 @@
+"""Redrive tasks (issue 7): moving dead letters back out of a DLQ, a batch at a time, exactly once, on every
+driver; and the operator's auto-named DLQs."""
+
+from __future__ import annotations
+
+import uuid
+
+from core.clock import ManualClock
+from core.metadata import DeadLetterDefaults
+from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask, Rejection, TaskId
+from storage.base import Store
+from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
+
+OTHER = QueueRef(Q.project, "billing")
+OWNER = "runner-a"
+LEASE_MS = 10_000
+
+
+async def dead_letter(store: Store, q: QueueRef, *bodies: object) -> list[MessageId]:
+    """Post `bodies` to `q` and dead-letter them (max_claims) into DLQ."""
+    await set_meta(store, q, _max_claim_count=1, _dead_letter_queue=DLQ.name)
+    ids = await post(store, q, *bodies)
+    cid, claimed = await claim_ids(store, q)
+    assert sorted(claimed) == sorted(ids)
+    await store.release_claim(q, cid)
+    assert len(await store.get_messages(DLQ, ids)) == len(ids)
+    return ids
+
+
+async def run(store: Store, spec: RedriveSpec, batch: int = 2) -> RedriveTask:
+    task_id = TaskId(uuid.uuid4().hex)
+    task = await store.create_redrive(DLQ, task_id, spec, owner=OWNER, lease_ms=LEASE_MS)
+    assert task.status == "running"
+    for _ in range(100):
+        task = await store.redrive_step(DLQ, task_id, owner=OWNER, lease_ms=LEASE_MS, batch=batch)
+        if task.status != "running":
+            return task
+    raise AssertionError("the task never ended")
+
+
+async def test_redrive_sends_each_message_back_to_its_source(store: Store, clock: ManualClock) -> None:
+    orders = await dead_letter(store, Q, "o1", "o2", "o3")
+    billing = await dead_letter(store, OTHER, "b1")
+    clock.advance(1)
+    task = await run(store, RedriveSpec())
+    assert (task.status, task.scanned, task.moved, task.skipped) == ("succeeded", 4, 4, 0)
+    assert await store.get_messages(DLQ, orders + billing) == []
+    back = await store.get_messages(Q, orders)
+    assert [m.body for m in back] == ["o1", "o2", "o3"]
+    for m in back:
+        assert m.claim_count == 0
+        assert m.dead_letter is not None
+        assert m.dead_letter.redrive_count == 1
+    assert [m.body for m in await store.get_messages(OTHER, billing)] == ["b1"]
+    _, ids = await claim_ids(store, Q)  # claimable again, in their old order
+    assert ids == orders
+
+
+async def test_filters_destination_and_limit(store: Store, clock: ManualClock) -> None:
+    early = await dead_letter(store, Q, "early")
+    clock.advance(10)
+    cut = clock.now_ms()
+    late = await dead_letter(store, Q, "late1", "late2")
+    billing = await dead_letter(store, OTHER, "b1")
+    parked = QueueRef(Q.project, "parked")
+    task = await run(store, RedriveSpec(source_queue=Q.name, after_ms=cut, destination=parked.name, limit=1))
+    assert (task.status, task.moved) == ("succeeded", 1)
+    assert [m.id for m in await store.get_messages(parked, late)] == late[:1]
+    task = await run(store, RedriveSpec(before_ms=cut))
+    assert task.moved == 1
+    assert [m.id for m in await store.get_messages(Q, early)] == early
+    task = await run(store, RedriveSpec(reason="expired"))
+    assert task.moved == 0
+    assert len(await store.get_messages(DLQ, late[1:] + billing)) == 2
+
+
+async def test_claimed_messages_are_skipped_and_later_ones_left(store: Store, clock: ManualClock) -> None:
+    [held, free] = await dead_letter(store, Q, "held", "free")
+    await set_meta(store, DLQ)  # the DLQ's own consumers
+    _, ids = await claim_ids(store, DLQ, limit=1)
+    assert ids == [held]
+    task_id = TaskId(uuid.uuid4().hex)
+    await store.create_redrive(DLQ, task_id, RedriveSpec(), owner=OWNER, lease_ms=LEASE_MS)
+    later = await dead_letter(store, Q, "after the task began")
+    task = await store.redrive_step(DLQ, task_id, owner=OWNER, lease_ms=LEASE_MS, batch=100)
+    assert (task.status, task.moved, task.skipped) == ("succeeded", 1, 1)
+    assert [m.id for m in await store.get_messages(Q, [free])] == [free]
+    assert len(await store.get_messages(DLQ, [held, *later])) == 2  # claimed, and not the task's business
+
+
+async def test_cancel_and_leases(store: Store, clock: ManualClock) -> None:
+    ids = await dead_letter(store, Q, *range(6))
+    task_id = TaskId(uuid.uuid4().hex)
+    await store.create_redrive(DLQ, task_id, RedriveSpec(), owner=OWNER, lease_ms=LEASE_MS)
+    task = await store.redrive_step(DLQ, task_id, owner="intruder", lease_ms=LEASE_MS, batch=2)
+    assert (task.moved, task.owner) == (0, OWNER)  # only the holder steps a task
+    assert await store.lease_redrives("intruder", lease_ms=LEASE_MS, limit=5) == []
+    task = await store.redrive_step(DLQ, task_id, owner=OWNER, lease_ms=LEASE_MS, batch=2)
+    assert task.moved == 2
+    clock.advance(LEASE_MS / 1000)  # OWNER died: its lease lapses and another runner takes the task over
+    assert await store.lease_redrives("heir", lease_ms=LEASE_MS, limit=5) == [(DLQ, task_id)]
+    task = await store.redrive_step(DLQ, task_id, owner=OWNER, lease_ms=LEASE_MS, batch=2)
+    assert task.moved == 2  # the old owner is out
+    task = await store.redrive_step(DLQ, task_id, owner="heir", lease_ms=LEASE_MS, batch=2)
+    assert (task.moved, task.owner) == (4, "heir")
+    task = await store.cancel_redrive(DLQ, task_id)
+    assert task.status == "cancelled"
+    task = await store.redrive_step(DLQ, task_id, owner="heir", lease_ms=LEASE_MS, batch=2)
+    assert (task.status, task.moved) == ("cancelled", 4)
+    assert len(await store.get_messages(DLQ, ids)) == 2
+    assert (await store.get_redrive(DLQ, task_id)).status == "cancelled"
+
+
+async def test_provenance_survives_a_second_death(store: Store, clock: ManualClock) -> None:
+    [mid] = await dead_letter(store, Q, "twice")
+    await run(store, RedriveSpec())
+    cid, _ = await claim_ids(store, Q)
+    assert await store.dead_letter_message(Q, mid, claim_id=cid, rejection=Rejection(reason="still bad"))
+    [m] = await store.get_messages(DLQ, [mid])
+    assert m.dead_letter is not None
+    assert (m.dead_letter.reason, m.dead_letter.redrive_count) == ("rejected", 1)
+    await run(store, RedriveSpec())
+    [m] = await store.get_messages(Q, [mid])
+    assert m.dead_letter is not None
+    assert m.dead_letter.redrive_count == 2
+
+
+def test_defaults_name_the_dead_letter_queue() -> None:
+    d = DeadLetterDefaults(max_claim_count=3, template="{queue}.DLQ")
+    assert d.dead_letter_queue_for("orders") == "orders.DLQ"
+    assert d.dead_letter_queue_for("orders.DLQ") is None  # a DLQ gets no DLQ of its own
+    assert d.dead_letter_queue_for("x" * 64) == "x" * 60 + ".DLQ"
+    assert DeadLetterDefaults(template="DLQ.{queue}").dead_letter_queue_for("a") == "DLQ.a"
+
+
+async def test_auto_named_dlq_for_queues_that_set_nothing(defaulted_store: Store, clock: ManualClock) -> None:
+    """default_max_claim_count 2 and template "{queue}.DLQ": a queue with no dead-letter metadata moves a
+    message to <name>.DLQ after 2 claims; the auto DLQ itself gets no defaults; a queue's own keys win."""
+    store = defaulted_store
+    auto_dlq = QueueRef(Q.project, f"{Q.name}.DLQ")
+    [mid] = await post(store, Q, "x")
+    for _ in range(2):
+        cid, _ = await claim_ids(store, Q)
+        await store.release_claim(Q, cid)
+    [moved] = await store.get_messages(auto_dlq, [mid])
+    assert moved.dead_letter is not None
+    assert moved.dead_letter.source_queue == Q.name
+    for _ in range(3):  # in the auto DLQ no claim limit applies: it keeps its message
+        cid, ids = await claim_ids(store, auto_dlq)
+        assert ids == [mid]
+        await store.release_claim(auto_dlq, cid)
+    own = QueueRef(Q.project, "own")
+    await set_meta(store, own, _max_claim_count=1, _dead_letter_queue="own-dlq")
+    [mine] = await post(store, own, "y")
+    cid, _ = await claim_ids(store, own)
+    await store.release_claim(own, cid)
+    assert [m.id for m in await store.get_messages(QueueRef(Q.project, "own-dlq"), [mine])] == [mine]
