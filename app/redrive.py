@@ -38,9 +38,10 @@ class RedriveRunner:
             self._running[task_id] = task
             task.add_done_callback(lambda _: self._running.pop(task_id, None))
 
-    async def run(self, q: QueueRef, task_id: TaskId) -> RedriveTask | None:
+    async def run(self, q: QueueRef, task_id: TaskId, *, raise_errors: bool = False) -> RedriveTask | None:
         """Step the task until it ends, is cancelled, or another runner holds it; returns it as it was last
-        seen (None when storage failed: the lease then lapses and a runner takes it over)."""
+        seen. An error stops the run (and is raised with `raise_errors`, else logged): the lease then
+        lapses and a runner takes the task over."""
         store = self._store()
         task: RedriveTask | None = None
         try:
@@ -60,10 +61,16 @@ class RedriveRunner:
                 else:
                     await asyncio.sleep(0)  # let requests in between batches
         except StorageUnavailable as exc:
+            if raise_errors:
+                raise
             log.warning("redrive %s paused: %s", task_id, exc.description)
         except CharonError as exc:
+            if raise_errors:
+                raise
             log.warning("redrive %s stopped: %s", task_id, exc.description)
         except Exception:
+            if raise_errors:
+                raise
             log.exception("redrive %s failed", task_id)
         return task
 

@@ -118,6 +118,11 @@ async def renew_claim(
     "/v2/queues/{queue_name}/claims/{claim_id}",
     status_code=204,
     summary="Release a claim: its messages can be claimed again (after `delay`, or the queue's backoff)",
+    description="Without `delay`, each message waits the queue's redelivery backoff (`_redelivery_delay`, "
+    "`_redelivery_delay_multiplier`, `_max_redelivery_delay`, `_redelivery_jitter`, "
+    "`_redelivery_delay_levels`), counted by its claim count; without a backoff it is claimable at once.\n\n"
+    '`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
+    '"$BASE/v2/queues/jobs/claims/$CLAIM?delay=30"`',
 )
 async def release_claim(
     q: QueueDep,

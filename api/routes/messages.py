@@ -223,6 +223,10 @@ def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId,
     "/v2/queues/{queue_name}/messages/{message_id}/release",
     status_code=204,
     summary="Release one message of a claim (EXT): claimable again after `delay`, or the queue's backoff",
+    description="The claim keeps its other messages. A message that used up `_max_claim_count` moves to the "
+    "DLQ now, whatever the delay.\n\n"
+    '`curl -X POST -H "Client-ID: $CID" -H "X-Project-ID: $P" '
+    '"$BASE/v2/queues/jobs/messages/$MID/release?claim_id=$CLAIM&delay=10"`',
     responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
 )
 async def release_message(
@@ -243,6 +247,11 @@ async def release_message(
     "/v2/queues/{queue_name}/messages/{message_id}/dead_letter",
     response_model=RejectOut,
     summary="Dead-letter a claimed message now, with a reason (EXT: reject)",
+    description="Moves the message to the queue's DLQ at once: provenance reason `rejected`, with the "
+    "given text as `rejection`. 409 when the queue has no `_dead_letter_queue`.\n\n"
+    '`curl -X POST -H "Client-ID: $CID" -H "X-Project-ID: $P" '
+    '"$BASE/v2/queues/orders/messages/$MID/dead_letter?claim_id=$CLAIM" '
+    """-d '{"reason": "bad schema", "description": "field sku is null"}'`""",
     responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
     openapi_extra={
         "requestBody": {

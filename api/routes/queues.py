@@ -43,7 +43,21 @@ T = TypeVar("T")
 METADATA_WRITE_ATTEMPTS = 8
 KEPT_CHANGING = "Queue metadata in this project kept changing while this write was being checked; retry it."
 
-METADATA_BODY = {"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}}
+RESERVED_KEYS = (
+    "Free-form metadata; keys starting with `_` are reserved and validated (400 naming the bound): "
+    "`_default_message_ttl`, `_default_message_delay`, `_max_messages_post_size`, `_max_claim_count`, "
+    "`_dead_letter_queue`, `_dead_letter_queue_messages_ttl`, `_flavor`, and (EXT) `_redelivery_delay`, "
+    "`_redelivery_delay_multiplier`, `_max_redelivery_delay`, `_redelivery_jitter`, "
+    "`_redelivery_delay_levels`, `_dead_letter_on_expiry`, `_max_message_ttl`. README.md describes each. "
+    """E.g. `curl -X PUT ... $BASE/v2/queues/jobs -d '{"_redelivery_delay": 5, """
+    """"_redelivery_delay_multiplier": 2, "_max_redelivery_delay": 15, "_max_claim_count": 5, """
+    """"_dead_letter_queue": "jobs.dlq"}'`"""
+)
+METADATA_BODY = {
+    "requestBody": {
+        "content": {"application/json": {"schema": {"type": "object", "description": RESERVED_KEYS}}}
+    }
+}
 PATCH_BODY = {
     "requestBody": {
         "required": True,

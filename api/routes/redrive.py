@@ -137,6 +137,12 @@ async def _preview(
     status_code=202,
     response_model=RedriveTaskOut,
     summary="Move dead letters back to their source queue, or to a destination (EXT)",
+    description="Each move is atomic; a moved message gets claim count 0 and its provenance's "
+    "`redrive_count` + 1. `dry_run` counts and samples what would move. A redrive of `limit` <= 100 without "
+    "`max_per_second` is done before the answer (200); any other runs as a durable task (202 with its "
+    "Location), resumed by another API process if the one running it dies.\n\n"
+    '`curl -X POST -H "Client-ID: $CID" -H "X-Project-ID: $P" "$BASE/v2/queues/orders.dlq/redrive" '
+    """-d '{"filter": {"reason": "rejected"}, "max_per_second": 100}'`""",
     responses={
         200: {
             "description": "A dry run (RedrivePreviewOut), or a small redrive done before the answer "
@@ -176,7 +182,7 @@ async def start_redrive(
     task_id = TaskId(uuid.uuid4().hex)
     task = await store.create_redrive(q, task_id, spec, owner=runner.owner, lease_ms=runner.lease_ms)
     if spec.limit is not None and spec.limit <= INLINE_LIMIT and spec.max_per_second is None:
-        done = await runner.run(q, task_id)
+        done = await runner.run(q, task_id, raise_errors=True)
         return json_response(task_out(done or await store.get_redrive(q, task_id)))
     runner.start(q, task_id)
     return json_response(task_out(task), status_code=202, headers={"Location": task_out(task)["href"]})
@@ -192,6 +198,8 @@ def _task_id(task_id: str, q: QueueRef) -> TaskId:
     "/v2/queues/{queue_name}/redrive/{task_id}",
     response_model=RedriveTaskOut,
     summary="A redrive task's progress (EXT)",
+    description='`curl -H "Client-ID: $CID" -H "X-Project-ID: $P" '
+    '"$BASE/v2/queues/orders.dlq/redrive/$TASK"`',
     responses={404: {"model": ErrorOut}},
 )
 async def get_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
@@ -202,6 +210,8 @@ async def get_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
     "/v2/queues/{queue_name}/redrive/{task_id}",
     response_model=RedriveTaskOut,
     summary="Cancel a running redrive task; what it moved stays moved (EXT)",
+    description='`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
+    '"$BASE/v2/queues/orders.dlq/redrive/$TASK"`',
     responses={404: {"model": ErrorOut}},
 )
 async def cancel_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
