@@ -94,6 +94,7 @@ async def _preview(
     by_reason: Counter[str] = Counter()
     sample: list[Message] = []
     marker: int | None = None
+    complete = False
     while scanned < PREVIEW_SCAN_CAP:
         page = await store.list_messages(
             q,
@@ -116,6 +117,7 @@ async def _preview(
             elif len(sample) < SAMPLE:
                 sample.append(m)
         if page.next_marker is None:
+            complete = True
             break
         marker = int(page.next_marker)
     movable = matched - claimed
@@ -128,7 +130,7 @@ async def _preview(
         "by_source_queue": dict(by_source),
         "by_reason": dict(by_reason),
         "sample": messages(sample, now, provenance=provenance),
-        "complete": marker is None or scanned < PREVIEW_SCAN_CAP,
+        "complete": complete,
     }
 
 

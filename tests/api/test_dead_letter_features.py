@@ -174,6 +174,7 @@ async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: Manu
     preview = RedrivePreviewOut.model_validate(r.json())
     assert (preview.matched, preview.would_move, preview.by_source_queue) == (2, 2, {"orders": 2})
     assert [m.id for m in preview.sample] == ids
+    assert preview.complete
     assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] == 3  # moved nothing
     r = await client.post(
         "/v2/queues/orders.dlq/redrive", json={"filter": {"source_queue": "orders"}, "limit": 10}
