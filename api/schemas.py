@@ -250,6 +250,10 @@ class RedriveTaskOut(BaseModel):
     progress: RedriveProgress
 
 
+class RedriveTasksOut(BaseModel):
+    tasks: list[RedriveTaskOut]
+
+
 class RedrivePreviewOut(BaseModel):
     dry_run: Literal[True]
     scanned: int

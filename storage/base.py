@@ -197,6 +197,9 @@ class RedriveStore(Protocol):
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         """Raises NotFound."""
 
+    async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
+        """DLQ `q`'s tasks, newest first, up to `limit` (finished ones are kept 7 days)."""
+
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         """Stop a running task before its next batch (a finished one is left as it is). Raises NotFound."""
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import (
     ClockDep,
@@ -19,9 +19,9 @@ from api.deps import (
     validate_body,
 )
 from api.render import iso, json_response, messages
-from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut
+from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut
 from core.errors import InvalidInput, NotFound
-from core.limits import is_valid_id
+from core.limits import check_page_limit, is_valid_id
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
 from storage.base import Store
 
@@ -188,6 +188,22 @@ async def start_redrive(
         return json_response(task_out(done or await store.get_redrive(q, task_id)))
     runner.start(q, task_id)
     return json_response(task_out(task), status_code=202, headers={"Location": task_out(task)["href"]})
+
+
+@router.get(
+    "/v2/queues/{queue_name}/redrive",
+    response_model=RedriveTasksOut,
+    summary="The DLQ's redrive tasks, newest first (EXT; finished ones are kept 7 days)",
+    description='`curl -H "Client-ID: $CID" -H "X-Project-ID: $P" "$BASE/v2/queues/orders.dlq/redrive"`',
+)
+async def list_redrives(
+    q: QueueDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    limit: Annotated[int | None, Query(description="Most tasks to list, 1 to 20.")] = None,
+) -> Response:
+    size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
+    return json_response({"tasks": [task_out(t) for t in await store.list_redrives(q, limit=size)]})
 
 
 def _task_id(task_id: str, q: QueueRef) -> TaskId:

@@ -94,6 +94,9 @@ class Collections:
         await self.queues.create_index([("p", ASCENDING), ("n", ASCENDING)], name=QUEUE_INDEX, unique=True)
         await self.claims.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
         await self.tasks.create_index([("status", ASCENDING), ("lease", ASCENDING)], name="runnable")
+        await self.tasks.create_index(
+            [("p", ASCENDING), ("q", ASCENDING), ("cr", ASCENDING)], name="by_queue"
+        )
         await self.tasks.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
 
     async def policy(self, q: QueueRef) -> QueuePolicy:

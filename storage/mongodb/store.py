@@ -597,6 +597,16 @@ class MongoStore:
         return task_of(doc)
 
     @_op
+    async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
+        docs = (
+            await self._c.tasks.find({"p": q.project, "q": q.name})
+            .sort([("cr", -1), ("_id", -1)])
+            .limit(limit)
+            .to_list()
+        )
+        return [task_of(d) for d in docs]
+
+    @_op
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         now = self._now()
         await self._c.tasks.update_one(

@@ -391,6 +391,10 @@ class PooledStore:
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         return await (await self._route_task(q, task_id)).get_redrive(q, task_id)
 
+    async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
+        store = await self._route(q)
+        return [] if store is None else await store.list_redrives(q, limit=limit)
+
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         return await (await self._route_task(q, task_id)).cancel_redrive(q, task_id)
 

@@ -451,6 +451,19 @@ class RedisStore:
             raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
         return _task(q, task_id, f)
 
+    async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
+        index = f"{project_prefix(self._namespace, q.project)}tasks:{q.name}"
+        async with unavailable_as_domain_error():
+            ids = [str(i) for i in await self._client.zrevrange(index, 0, limit - 1)]
+            found = []
+            for task_id in ids:  # a finished task's hash expires after TASK_KEEP_MS; its entry goes then
+                f = await self._client.hgetall(task_key(self._namespace, q.project, task_id))
+                if f:
+                    found.append(_task(q, task_id, {str(k): str(v) for k, v in f.items()}))
+                else:
+                    await self._client.zrem(index, task_id)
+        return found
+
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         tk = task_key(self._namespace, q.project, task_id)
         async with unavailable_as_domain_error():

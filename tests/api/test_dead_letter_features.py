@@ -204,6 +204,7 @@ async def test_redrive_as_a_task_then_cancel(client: httpx.AsyncClient, clock: M
     assert task["request"] == {"destination": "replay"}
     assert (await client.get("/v2/queues/replay/stats")).json()["messages"]["total"] == 20
     await dead_letter_all(client, "orders", *range(5))
+    clock.advance(1)
     r = await client.post("/v2/queues/orders.dlq/redrive", json={"max_per_second": 1})
     assert r.status_code == 202
     cancelled = (await client.delete(r.headers["location"])).json()
@@ -212,6 +213,12 @@ async def test_redrive_as_a_task_then_cancel(client: httpx.AsyncClient, clock: M
     after = (await client.get(r.headers["location"])).json()
     assert after["status"] == "cancelled"
     assert after["progress"]["moved"] <= 2
+    listed = (await client.get("/v2/queues/orders.dlq/redrive")).json()["tasks"]
+    assert [(t["href"], t["status"]) for t in listed] == [
+        (r.headers["location"], "cancelled"),
+        (href, "succeeded"),
+    ]
+    assert (await client.get("/v2/queues/orders.dlq/redrive?limit=21")).status_code == 400
     assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] >= 3
 
 

@@ -155,3 +155,16 @@ async def test_auto_named_dlq_for_queues_that_set_nothing(defaulted_store: Store
     cid, _ = await claim_ids(store, own)
     await store.release_claim(own, cid)
     assert [m.id for m in await store.get_messages(QueueRef(Q.project, "own-dlq"), [mine])] == [mine]
+
+
+async def test_tasks_are_listed_newest_first(store: Store, clock: ManualClock) -> None:
+    assert await store.list_redrives(DLQ, limit=10) == []
+    await dead_letter(store, Q, "a")
+    first = await run(store, RedriveSpec())
+    clock.advance(1)
+    second_id = TaskId(uuid.uuid4().hex)
+    await store.create_redrive(DLQ, second_id, RedriveSpec(limit=5), owner=OWNER, lease_ms=LEASE_MS)
+    listed = await store.list_redrives(DLQ, limit=10)
+    assert [(t.id, t.status) for t in listed] == [(second_id, "running"), (first.id, "succeeded")]
+    assert [t.id for t in await store.list_redrives(DLQ, limit=1)] == [second_id]
+    assert await store.list_redrives(Q, limit=10) == []  # per DLQ

@@ -15,6 +15,7 @@
 --                                     (ne = 1: not DLQ-eligible; drc redrive count; drr/drd rejection text)
 --   prefix.."c:"..claim_id      HASH  q ttl grace cr e;  prefix.."c:"..claim_id..":m"  LIST of message ids
 --   prefix.."t:"..task_id       HASH  a redrive task (redrive_step.lua)
+--   prefix.."tasks:"..name      ZSET  task id -> created ms: the redrive tasks of DLQ `name`
 -- Every key shares the {project} hash tag, so a queue and its DLQ are in one cluster slot: a key derived
 -- here from data (a DLQ name, a message id) stays in the slot of the KEYS the caller passed.
 -- Invariant: a live message id is in msgs, in expiry, and in exactly one of ready / delayed / claimed.

@@ -11,4 +11,5 @@ local tk = prefix .. 't:' .. task_id
 redis.call('HSET', tk, 'q', name, 'status', 'running', 'cr', now, 'up', now, 'end', last, 'cursor', 0,
            'scanned', 0, 'moved', 0, 'skipped', 0, 'spec', ARGV[5], 'dest', ARGV[6], 'fsrc', ARGV[7],
            'frsn', ARGV[8], 'fafter', ARGV[9], 'fbefore', ARGV[10], 'limit', ARGV[11], 'owner', ARGV[12], 'lease', now + tonumber(ARGV[13]))
+redis.call('ZADD', prefix .. 'tasks:' .. name, now, task_id)
 return last
