@@ -399,10 +399,19 @@ class PooledStore:
         return await (await self._route_task(q, task_id)).cancel_redrive(q, task_id)
 
     async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
+        """Tasks from each pool in turn; an unreachable pool does not keep the others' tasks from running
+        (its error is raised only when no pool gave a task)."""
         taken: list[tuple[QueueRef, TaskId]] = []
+        failure: StorageUnavailable | None = None
         for _, store in await self._each_pool():
-            if len(taken) < limit:
+            if len(taken) >= limit:
+                break
+            try:
                 taken += await store.lease_redrives(owner, lease_ms=lease_ms, limit=limit - len(taken))
+            except StorageUnavailable as exc:
+                failure = exc
+        if failure is not None and not taken:
+            raise failure
         return taken
 
     async def redrive_step(

@@ -14,14 +14,14 @@ import pytest
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
-from core.models import QueueRef
+from core.models import NewMessage, QueueRef, RedriveSpec, TaskId
 from storage.pooling.catalogue import Pool
 from storage.pooling.redis_catalogue import RedisCatalogue
 from storage.pooling.store import PooledStore, home_pool
 from storage.redis.store import RedisStore
 from storage.registry import open_store
 from tests.conftest import CLIENT_ID, api_client, close_pooled
-from tests.servers import RedisServer
+from tests.servers import RedisServer, free_port
 
 ADMIN = {"X-Roles": "member, admin"}
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
@@ -340,3 +340,18 @@ async def test_admins_see_each_pool_in_health(client: httpx.AsyncClient, three_p
         "pools": {name: {"storage_reachable": True} for name in ("blue", "docs", "red")},
     }
     assert (await client.get("/v2/health")).json() == {"storage_reachable": True}
+
+
+async def test_redrive_tasks_run_while_another_pool_is_down(
+    pooled: PooledStore, client: httpx.AsyncClient, three_pools: dict[str, str]
+) -> None:
+    """A task whose runner died is adopted from the pools that answer, even with an unreachable pool listed
+    first: one pool's outage does not stop the others' redrives."""
+    project = project_in("red", await pooled.catalogue.list_pools())
+    dlq = QueueRef(project, "jobs.dlq")
+    await pooled.post_messages(
+        dlq, [NewMessage(body=1)], client_id=CLIENT_ID, default_ttl=3600, default_delay=0, body_size=1
+    )
+    await pooled.create_redrive(dlq, TaskId("a" * 32), RedriveSpec(), owner="dead", lease_ms=0)
+    await pooled.catalogue.put_pool(Pool("aaa-down", f"redis://127.0.0.1:{free_port()}", weight=0))
+    assert await pooled.lease_redrives("heir", lease_ms=10_000, limit=4) == [(dlq, TaskId("a" * 32))]
