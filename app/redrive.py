@@ -30,13 +30,20 @@ class RedriveRunner:
         self.lease_ms = lease_ms
         self.owner = uuid.uuid4().hex
         self._running: dict[TaskId, asyncio.Task[RedriveTask | None]] = {}
+        self._queues: dict[TaskId, QueueRef] = {}
 
     def start(self, q: QueueRef, task_id: TaskId) -> None:
         """Run the task (already held by this runner) in the background."""
         if task_id not in self._running:
             task = asyncio.create_task(self.run(q, task_id), name=f"charon-redrive-{task_id}")
             self._running[task_id] = task
-            task.add_done_callback(lambda _: self._running.pop(task_id, None))
+            self._queues[task_id] = q
+
+            def forget(_: object) -> None:
+                self._running.pop(task_id, None)
+                self._queues.pop(task_id, None)
+
+            task.add_done_callback(forget)
 
     async def run(self, q: QueueRef, task_id: TaskId, *, raise_errors: bool = False) -> RedriveTask | None:
         """Step the task until it ends, is cancelled, or another runner holds it; returns it as it was last
@@ -94,7 +101,16 @@ class RedriveRunner:
                     log.exception("redrive adoption failed")
                 await asyncio.sleep(POLL_S)
         finally:
-            for task in list(self._running.values()):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop the tasks this process runs and end its leases on them, so that another process resumes
+        them at once rather than after the lease (a rolling restart)."""
+        running, queues = dict(self._running), dict(self._queues)
+        for task in running.values():
+            task.cancel()
+        for task_id, task in running.items():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            with contextlib.suppress(CharonError):
+                await self._store().release_redrive(queues[task_id], task_id, owner=self.owner)

@@ -207,6 +207,9 @@ class RedriveStore(Protocol):
         """Take up to `limit` running tasks nobody holds (their runner died, or none took them yet) for
         `lease_ms`; each redrive_step by the owner extends the lease."""
 
+    async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
+        """End `owner`'s lease on the task now (a process shutting down), so any runner may take it over."""
+
     async def redrive_step(
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:

@@ -631,6 +631,12 @@ class MongoStore:
         return taken
 
     @_op
+    async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
+        await self._c.tasks.update_one(
+            {"_id": task_id, "p": q.project, "q": q.name, "owner": owner}, {"$set": {"lease": 0}}
+        )
+
+    @_op
     async def redrive_step(
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:

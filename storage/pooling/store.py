@@ -414,6 +414,9 @@ class PooledStore:
             raise failure
         return taken
 
+    async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
+        await (await self._route_task(q, task_id)).release_redrive(q, task_id, owner=owner)
+
     async def redrive_step(
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:

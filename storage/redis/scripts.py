@@ -37,6 +37,7 @@ SCRIPT_NAMES = (
     "task_create",
     "task_lease",
     "task_cancel",
+    "task_release",
     "redrive_step",
 )
 

@@ -488,6 +488,12 @@ class RedisStore:
                     taken.append((QueueRef(project, name), TaskId(task_id)))
         return taken
 
+    async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
+        tk = task_key(self._namespace, q.project, task_id)
+        async with unavailable_as_domain_error():
+            if await run(self._scripts["task_release"], [tk], [owner]):
+                await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): 0}, xx=True)
+
     async def redrive_step(
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:

@@ -3,8 +3,10 @@ driver; and the operator's auto-named DLQs."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
+from app.redrive import RedriveRunner
 from core.clock import ManualClock
 from core.metadata import DeadLetterDefaults
 from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask, Rejection, TaskId
@@ -168,3 +170,28 @@ async def test_tasks_are_listed_newest_first(store: Store, clock: ManualClock) -
     assert [(t.id, t.status) for t in listed] == [(second_id, "running"), (first.id, "succeeded")]
     assert [t.id for t in await store.list_redrives(DLQ, limit=1)] == [second_id]
     assert await store.list_redrives(Q, limit=10) == []  # per DLQ
+
+
+async def test_a_runner_that_stops_hands_its_tasks_over_at_once(store: Store, clock: ManualClock) -> None:
+    """A process shutting down (RedriveRunner.stop) ends its leases: another runner adopts the task at once,
+    without waiting for the lease to lapse, and finishes it."""
+    ids = await dead_letter(store, Q, *range(6))
+    leaving, staying = RedriveRunner(lambda: store), RedriveRunner(lambda: store)
+    task_id = TaskId(uuid.uuid4().hex)
+    await store.create_redrive(
+        DLQ, task_id, RedriveSpec(max_per_second=3), owner=leaving.owner, lease_ms=leaving.lease_ms
+    )
+    assert await store.lease_redrives("other", lease_ms=LEASE_MS, limit=5) == []
+    await store.release_redrive(DLQ, task_id, owner="other")  # only the holder can end its lease
+    assert await store.lease_redrives("other", lease_ms=LEASE_MS, limit=5) == []
+    leaving.start(DLQ, task_id)
+    await asyncio.sleep(0.1)  # it moves a batch of 3, then waits a second (max_per_second 3)
+    await leaving.stop()
+    assert await staying.adopt() == 1
+    for _ in range(100):
+        task = await store.get_redrive(DLQ, task_id)
+        if task.status != "running":
+            break
+        await asyncio.sleep(0.1)
+    assert (task.status, task.moved, task.owner) == ("succeeded", 6, staying.owner)
+    assert len(await store.get_messages(Q, ids)) == 6
