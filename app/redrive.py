@@ -67,18 +67,13 @@ class RedriveRunner:
                     await asyncio.sleep(max(0.0, (task.moved - before) / rate - (time.monotonic() - began)))
                 else:
                     await asyncio.sleep(0)  # let requests in between batches
-        except StorageUnavailable as exc:
+        except Exception as exc:
             if raise_errors:
                 raise
-            log.warning("redrive %s paused: %s", task_id, exc.description)
-        except CharonError as exc:
-            if raise_errors:
-                raise
-            log.warning("redrive %s stopped: %s", task_id, exc.description)
-        except Exception:
-            if raise_errors:
-                raise
-            log.exception("redrive %s failed", task_id)
+            if isinstance(exc, CharonError):  # storage down, or the task or its queue gone
+                log.warning("redrive %s stopped: %s", task_id, exc.description)
+            else:
+                log.exception("redrive %s failed", task_id)
         return task
 
     async def adopt(self) -> int:
