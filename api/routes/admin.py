@@ -11,7 +11,17 @@ from pydantic import BaseModel
 
 from api.deps import LimitsDep, read_json, validate_body
 from api.render import json_response
-from api.schemas import ErrorOut, FlavorIn, FlavorOut, FlavorsPage, PoolIn, PoolOut, PoolPatch, PoolsPage
+from api.schemas import (
+    ErrorOut,
+    FlavorIn,
+    FlavorOut,
+    FlavorsPage,
+    PoolIn,
+    PoolOut,
+    PoolPatch,
+    PoolsPage,
+    json_body,
+)
 from core.errors import Conflict, InvalidInput, NotAuthorized, NotFound, StorageUnavailable
 from core.limits import QUEUE_NAME_RE, check_page_limit
 from storage.base import Store
@@ -65,11 +75,6 @@ router = APIRouter(
         503: {"model": ErrorOut},
     },
 )
-
-
-def _body(model: type[Any]) -> dict[str, Any]:
-    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 def _page(items: list[Any], marker: str | None, limit: int) -> list[Any]:
@@ -153,7 +158,7 @@ async def list_pools(
     "/v2/pools/{pool_name}",
     status_code=201,
     summary="Register a pool (admin)",
-    openapi_extra=_body(PoolIn),
+    openapi_extra=json_body(PoolIn, required=True),
 )
 async def create_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
     body = validate_body(PoolIn, (await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The pool"))[0])
@@ -175,7 +180,7 @@ async def get_pool(pool_name: str, store: PoolsDep, detailed: bool = False) -> R
     "/v2/pools/{pool_name}",
     response_model=PoolOut,
     summary="Change a pool's uri, weight, flavor or options (admin)",
-    openapi_extra=_body(PoolPatch),
+    openapi_extra=json_body(PoolPatch, required=True),
 )
 async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
     body = await _patch_body(request, PoolPatch, "pool")
@@ -243,7 +248,7 @@ async def list_flavors(
     "/v2/flavors/{flavor_name}",
     status_code=201,
     summary="Create a flavor, optionally putting pools in it (admin)",
-    openapi_extra=_body(FlavorIn),
+    openapi_extra=json_body(FlavorIn, required=True),
 )
 async def create_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
     raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
@@ -274,7 +279,7 @@ async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
     "/v2/flavors/{flavor_name}",
     response_model=FlavorOut,
     summary="Change a flavor's pools or capabilities (admin)",
-    openapi_extra=_body(FlavorIn),
+    openapi_extra=json_body(FlavorIn, required=True),
 )
 async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
     body = await _patch_body(request, FlavorIn, "flavor")

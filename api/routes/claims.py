@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import ClockDep, LimitsDep, ProvenanceDep, QueueDep, StoreDep, read_json, validate_body
 from api.render import json_response, messages
-from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut
+from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
 from core.errors import ClaimNotFound
 from core.limits import (
     DELAY_DOC,
@@ -23,9 +23,7 @@ from core.models import ClaimId
 
 router = APIRouter(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
-CLAIM_BODY = {
-    "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ClaimIn"}}}}
-}
+CLAIM_BODY = json_body(ClaimIn)
 
 
 async def _claim_body(request: Request, limits: Limits) -> ClaimIn:

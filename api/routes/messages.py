@@ -27,6 +27,7 @@ from api.schemas import (
     PostMessagesIn,
     RejectIn,
     RejectOut,
+    json_body,
 )
 from core.errors import ClaimMismatch, InvalidInput, MessageNotFound
 from core.limits import (
@@ -41,13 +42,6 @@ from core.limits import (
 from core.models import ClaimId, MessageId, NewMessage, Rejection
 
 router = APIRouter(tags=["messages"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
-
-POST_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PostMessagesIn"}}},
-    }
-}
 
 
 def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
@@ -66,7 +60,7 @@ def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
     response_model=PostedOut,
     summary="Post messages (the queue is created if absent)",
     responses={413: {"model": ErrorOut}},
-    openapi_extra=POST_BODY,
+    openapi_extra=json_body(PostMessagesIn, required=True),
 )
 async def post_messages(
     q: QueueDep, client: ClientIdDep, store: StoreDep, limits: LimitsDep, request: Request
@@ -253,11 +247,7 @@ async def release_message(
     '"$BASE/v2/queues/orders/messages/$MID/dead_letter?claim_id=$CLAIM" '
     """-d '{"reason": "bad schema", "description": "field sku is null"}'`""",
     responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}},
-    openapi_extra={
-        "requestBody": {
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RejectIn"}}}
-        }
-    },
+    openapi_extra=json_body(RejectIn),
 )
 async def dead_letter_message(
     q: QueueDep,

@@ -23,7 +23,7 @@ from api.deps import (
 )
 from api.errors import JSON_PATCH
 from api.render import json_response, stamp
-from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut
+from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut, json_body
 from core.errors import Conflict, InvalidBody, MetadataChanged, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_page_limit
 from core.metadata import (
@@ -236,9 +236,7 @@ async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response
     "/v2/queues/{queue_name}/purge",
     status_code=204,
     summary="Delete the queue's messages, keep the queue",
-    openapi_extra={
-        "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/PurgeIn"}}}}
-    },
+    openapi_extra=json_body(PurgeIn),
 )
 async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
     raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="The purge body")

@@ -19,7 +19,7 @@ from api.deps import (
     validate_body,
 )
 from api.render import iso, json_response, messages
-from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut
+from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
 from core.errors import InvalidInput, NotFound
 from core.limits import check_page_limit, is_valid_id
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
@@ -161,11 +161,7 @@ async def _preview(
             },
         },
     },
-    openapi_extra={
-        "requestBody": {
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RedriveIn"}}}
-        }
-    },
+    openapi_extra=json_body(RedriveIn),
 )
 async def start_redrive(
     q: QueueDep,
