@@ -48,6 +48,11 @@ def task_key(namespace: str, project: str, task_id: str) -> str:
     return f"{project_prefix(namespace, project)}t:{task_id}"
 
 
+def task_index_key(namespace: str, project: str, queue: str) -> str:
+    """ZSET task id -> created ms: the redrive tasks of DLQ `queue` (task_create.lua writes it too)."""
+    return f"{project_prefix(namespace, project)}tasks:{queue}"
+
+
 def sweeper_lease_key(namespace: str) -> str:
     return f"{namespace}:sweeper-lease"
 

@@ -45,6 +45,7 @@ from storage.redis.keys import (
     project_prefix,
     projects_key,
     sweeper_lease_key,
+    task_index_key,
     task_key,
     tasks_key,
     touched_key,
@@ -145,12 +146,13 @@ def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_vers
     ]
 
 
-def _task(q: QueueRef, task_id: str, f: dict[str, str]) -> RedriveTask:
+def _task(q: QueueRef, task_id: str, f: Mapping[Any, Any]) -> RedriveTask:
+    """A task from its hash (the client decodes responses, so every field and value is a str)."""
     return RedriveTask(
         id=TaskId(task_id),
         queue=q.name,
         spec=RedriveSpec.from_dict(orjson.loads(f["spec"])),
-        status=f["status"],  # type: ignore[arg-type]  # the scripts write only TaskStatus values
+        status=f["status"],  # the scripts write only TaskStatus values
         created_ms=int(f["cr"]),
         updated_ms=int(f["up"]),
         end_marker=int(f["end"]),
@@ -441,28 +443,24 @@ class RedisStore:
 
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         async with unavailable_as_domain_error():
-            f = {
-                str(k): str(v)
-                for k, v in (
-                    await self._client.hgetall(task_key(self._namespace, q.project, task_id))
-                ).items()
-            }
+            f = await self._client.hgetall(task_key(self._namespace, q.project, task_id))
         if f.get("q") != q.name:
             raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
         return _task(q, task_id, f)
 
     async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
-        index = f"{project_prefix(self._namespace, q.project)}tasks:{q.name}"
+        index = task_index_key(self._namespace, q.project, q.name)
         async with unavailable_as_domain_error():
             ids = [str(i) for i in await self._client.zrevrange(index, 0, limit - 1)]
-            found = []
-            for task_id in ids:  # a finished task's hash expires after TASK_KEEP_MS; its entry goes then
-                f = await self._client.hgetall(task_key(self._namespace, q.project, task_id))
-                if f:
-                    found.append(_task(q, task_id, {str(k): str(v) for k, v in f.items()}))
-                else:
-                    await self._client.zrem(index, task_id)
-        return found
+            async with self._client.pipeline(transaction=False) as pipe:
+                for task_id in ids:
+                    pipe.hgetall(task_key(self._namespace, q.project, task_id))
+                hashes = await pipe.execute()
+            # A finished task's hash expires after TASK_KEEP_MS; its index entry goes when it is next listed.
+            gone = [task_id for task_id, f in zip(ids, hashes, strict=True) if not f]
+            if gone:
+                await self._client.zrem(index, *gone)
+        return [_task(q, task_id, f) for task_id, f in zip(ids, hashes, strict=True) if f]
 
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         tk = task_key(self._namespace, q.project, task_id)
