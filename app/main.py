@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from api.deps import document_common_parameters
 from api.errors import register_error_handlers
 from api.routes import admin, claims, health, messages, queues, redrive
 from api.schemas import REQUEST_MODELS
@@ -95,14 +96,15 @@ def create_app(
     if store is not None:
         app.state.store = store
     register_error_handlers(app)
-    for module in (health, queues, messages, claims, redrive, admin):
-        app.include_router(module.router)
+    for module in (messages, claims, health, queues, redrive, admin):
+        app.router.routes.extend(module.router.routes)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(
                 title=app.title, version=app.version, description=app.description, routes=app.routes
             )
+            document_common_parameters(schema)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented
                 doc = model.model_json_schema(ref_template="#/components/schemas/{model}")

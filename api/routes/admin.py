@@ -42,7 +42,7 @@ def is_admin(request: Request) -> bool:
     return bool(settings.admin_mode) and settings.admin_role.lower() in roles
 
 
-def require_admin(request: Request) -> None:
+async def require_admin(request: Request) -> None:
     """403 for everyone but admins, saying what is missing."""
     settings = request.app.state.settings
     if not settings.admin_mode:
@@ -53,7 +53,7 @@ def require_admin(request: Request) -> None:
         )
 
 
-def pooled_store(request: Request) -> PooledStore:
+async def pooled_store(request: Request) -> PooledStore:
     store = request.app.state.store
     if not isinstance(store, PooledStore):
         raise Conflict(
