@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import signal
+import socket
 import sys
+import time
 
 from app.settings import Settings
 
@@ -25,13 +28,17 @@ def serve(args: argparse.Namespace) -> int:
     # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets `finally` stop
     # the embedded store.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    host, port = args.host or settings.host, args.port or settings.port
+    workers = args.workers or settings.workers
     try:
+        if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+            return supervise(workers, host, port, args.log_level)
         uvicorn.run(
             "app.main:create_app",
             factory=True,
-            host=args.host or settings.host,
-            port=args.port or settings.port,
-            workers=args.workers or settings.workers,
+            host=host,
+            port=port,
+            workers=workers,
             log_level=args.log_level,
             access_log=False,
         )
@@ -39,6 +46,58 @@ def serve(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+def supervise(workers: int, host: str, port: int, log_level: str) -> int:
+    """Run `workers` uvicorn processes, each with its own listening socket on host:port (SO_REUSEPORT), so
+    that the kernel spreads connections evenly over them. With uvicorn's one shared socket, whichever worker
+    was idle accepted the next connection, and a benchmark's kept-alive connections ended up 4:1 on one
+    worker of two (bench/README.md). A worker that dies is started again; SIGTERM/SIGINT stop them all."""
+    probe = socket.create_server((host, port))  # without SO_REUSEPORT: fails if anything already listens
+    probe.close()
+    context = multiprocessing.get_context("spawn")
+
+    def start() -> multiprocessing.process.BaseProcess:
+        process = context.Process(target=run_worker, args=(host, port, log_level), daemon=False)
+        process.start()
+        return process
+
+    processes = [start() for _ in range(workers)]
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping:
+        time.sleep(0.2)
+        for i, process in enumerate(processes):
+            if not process.is_alive() and not stopping:
+                print(f"charon: worker {process.pid} exited ({process.exitcode}); starting one", flush=True)
+                processes[i] = start()
+    for process in processes:
+        if process.is_alive():
+            process.terminate()  # SIGTERM: uvicorn finishes its requests and runs the lifespan shutdown
+    for process in processes:
+        process.join(30)
+    return 0
+
+
+def run_worker(host: str, port: int, log_level: str) -> None:
+    """One worker of `supervise`: its own SO_REUSEPORT socket, one uvicorn server."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(
+        "app.main:create_app", factory=True, log_level=log_level, access_log=False, host=host, port=port
+    )
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def openapi(_: argparse.Namespace) -> int:
