@@ -1,0 +1,469 @@
+"""A load generator for any Zaqar-v2-compatible endpoint: one process, asyncio, loopback.
+
+Workloads (see bench/README.md):
+  produce   16 producers post batches of 10 messages (~256 bytes each) until --messages are posted
+  pipeline  --messages are posted (untimed), then 16 consumers claim (limit 10) and delete each message
+            with its claim id
+  dlq       a queue with `_max_claim_count` 2 and a DLQ; consumers claim and release until every message is
+            dead-lettered; then the DLQ is drained, timing how long until its first message can be claimed
+  depth     claim latency (one consumer, claim then release) with 1,000 and with --depth-big messages queued
+  ping      GET /v2/ping from 16 connections for --duration seconds
+
+Every body carries a sequence number; every run reads all its messages back and reports the lost and the
+duplicated ones (both must be 0), msgs/s, requests/s, p50/p95/p99 per request type and the non-2xx answers.
+
+The HTTP client is a small HTTP/1.1 client on asyncio streams (keep-alive when the server allows it, a new
+connection when it answers `Connection: close`, as gunicorn's sync workers do): a load generator that costs
+less per request than the servers it measures, so that both share the two cores as evenly as possible.
+
+Run: .venv/bin/python -m bench.loadgen --url http://127.0.0.1:8888 --workload produce [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+WORKLOADS = ("produce", "pipeline", "dlq", "depth", "ping")
+BATCH = 10
+CLAIM_LIMIT = 10
+CLAIM_TTL = 60
+PAD = 210  # makes each body about 256 bytes of JSON
+
+
+class HttpError(Exception):
+    pass
+
+
+@dataclass
+class Recorder:
+    """Latencies (seconds) and answers per request type."""
+
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    statuses: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+
+    def add(self, kind: str, status: int, seconds: float) -> None:
+        self.latencies[kind].append(seconds)
+        self.statuses[kind][status] += 1
+
+    def requests(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+    def summary(self) -> dict[str, Any]:
+        out = {}
+        for kind, values in sorted(self.latencies.items()):
+            values = sorted(values)
+            out[kind] = {
+                "count": len(values),
+                "p50_ms": _pct(values, 0.50) * 1000,
+                "p95_ms": _pct(values, 0.95) * 1000,
+                "p99_ms": _pct(values, 0.99) * 1000,
+                "non_2xx": {str(s): n for s, n in sorted(self.statuses[kind].items()) if not 200 <= s < 300},
+            }
+        return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
+class Connection:
+    """One HTTP/1.1 connection, one request at a time."""
+
+    def __init__(self, host: str, port: int, headers: dict[str, str], recorder: Recorder) -> None:
+        self.host, self.port, self.recorder = host, port, recorder
+        fixed = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.fixed = f"Host: {host}:{port}\r\n{fixed}"
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(
+        self, kind: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        """(status, parsed JSON body or None). Retries once on a fresh connection when a kept-alive one was
+        closed by the server before it answered."""
+        payload = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+        head = f"{method} {path} HTTP/1.1\r\n{self.fixed}"
+        if payload or method in ("POST", "PUT", "PATCH"):
+            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        data = head.encode() + b"\r\n" + payload
+        for attempt in (0, 1):
+            reused = self.writer is not None
+            if self.writer is None:
+                await self._connect()
+            assert self.reader is not None
+            assert self.writer is not None
+            start = time.perf_counter()
+            try:
+                self.writer.write(data)
+                status, content, close = await self._response(self.reader)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                self.close()
+                if reused and attempt == 0:
+                    continue
+                raise
+            self.recorder.add(kind, status, time.perf_counter() - start)
+            if close:
+                self.close()
+            return status, (json.loads(content) if content else None)
+        raise AssertionError("unreachable")
+
+    async def _connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    @staticmethod
+    async def _response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        length, chunked, close = 0, False, lines[0].startswith("HTTP/1.0")
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding":
+                chunked = "chunked" in value
+            elif name == "connection":
+                close = value == "close"
+        if chunked:
+            parts = []
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                parts.append(await reader.readexactly(size + 2))
+            await reader.readuntil(b"\r\n")
+            return status, b"".join(p[:-2] for p in parts), close
+        return status, (await reader.readexactly(length) if length else b""), close
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+def message_body(seq: int, run: str) -> dict[str, Any]:
+    return {"seq": seq, "run": run, "pad": "x" * PAD}
+
+
+def href_ids(href: str) -> tuple[str, str | None]:
+    """(message id, claim id) from `/v2/queues/q/messages/ID?claim_id=CID`."""
+    path, _, query = href.partition("?")
+    claim = query.split("claim_id=", 1)[1].split("&")[0] if "claim_id=" in query else None
+    return path.rsplit("/", 1)[1], claim
+
+
+class Client:
+    def __init__(self, url: str, project: str) -> None:
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": project, "Accept": "application/json"}
+        self.recorder = Recorder()
+
+    def connection(self, recorder: Recorder | None = None) -> Connection:
+        return Connection(self.host, self.port, self.headers, recorder or self.recorder)
+
+    def untimed(self) -> Connection:
+        """A connection whose requests are not part of the results (set-up and read-back)."""
+        return self.connection(Recorder())
+
+
+async def gather(n: int, worker: Callable[[int], Awaitable[None]]) -> None:
+    await asyncio.gather(*(worker(i) for i in range(n)))
+
+
+def _check(status: int, body: Any, what: str) -> None:
+    if not 200 <= status < 300:
+        raise HttpError(f"{what}: HTTP {status} {body}")
+
+
+async def post_all(client: Client, queue: str, n: int, run: str, concurrency: int, *, timed: bool) -> None:
+    """Post messages 0..n-1 in batches of BATCH from `concurrency` connections."""
+    next_seq = iter(range(0, n, BATCH))
+
+    async def producer(_: int) -> None:
+        conn = client.connection() if timed else client.untimed()
+        for first in next_seq:
+            batch = [{"ttl": 3600, "body": message_body(s, run)} for s in range(first, min(first + BATCH, n))]
+            status, body = await conn.request(
+                "post", "POST", f"/v2/queues/{queue}/messages", {"messages": batch}
+            )
+            _check(status, body, "post")
+        conn.close()
+
+    await gather(concurrency, producer)
+
+
+async def drain(
+    client: Client, queue: str, n: int, *, within: float, timed: bool, concurrency: int = 16
+) -> tuple[Counter[int], float | None]:
+    """Claim and delete (each message with its claim id) until n messages were seen or `within` seconds pass.
+    Returns the sequence numbers seen (with how often) and when the first claim returned messages."""
+    seen: Counter[int] = Counter()
+    first_at: list[float] = []
+    start = time.perf_counter()
+
+    async def consumer(_: int) -> None:
+        conn = client.connection() if timed else client.untimed()
+        while seen.total() < n and time.perf_counter() - start < within:
+            status, body = await conn.request(
+                "claim",
+                "POST",
+                f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}",
+                {"ttl": CLAIM_TTL, "grace": 60},
+            )
+            _check(status, body, "claim")
+            if status == 204 or not body:
+                await asyncio.sleep(0.05)
+                continue
+            if not first_at:
+                first_at.append(time.perf_counter())
+            for m in body["messages"] if isinstance(body, dict) else body:
+                seen[m["body"]["seq"]] += 1
+                message_id, claim_id = href_ids(m["href"])
+                status, answer = await conn.request(
+                    "delete", "DELETE", f"/v2/queues/{queue}/messages/{message_id}?claim_id={claim_id}"
+                )
+                _check(status, answer, "delete")
+        conn.close()
+
+    await gather(concurrency, consumer)
+    return seen, (first_at[0] - start if first_at else None)
+
+
+def integrity(seen: Counter[int], n: int) -> dict[str, int]:
+    return {
+        "lost": sum(1 for s in range(n) if s not in seen),
+        "duplicated": sum(c - 1 for c in seen.values() if c > 1) + sum(1 for s in seen if not 0 <= s < n),
+    }
+
+
+async def read_back(client: Client, queue: str, n: int) -> Counter[int]:
+    """Every message in the queue, by paging through the listing (echo on, all clients)."""
+    conn, seen = client.untimed(), Counter[int]()
+    path = f"/v2/queues/{queue}/messages?echo=true&limit=20"
+    while True:
+        status, body = await conn.request("list", "GET", path)
+        _check(status, body, "list")
+        if status == 204 or not body or not body.get("messages"):
+            break
+        for m in body["messages"]:
+            seen[m["body"]["seq"]] += 1
+        nxt = next((link["href"] for link in body.get("links", []) if link.get("rel") == "next"), None)
+        if nxt is None:
+            break
+        path = nxt
+    conn.close()
+    return seen
+
+
+async def stats_total(conn: Connection, queue: str) -> int:
+    """The queue's message count. A 503 is retried (Zaqar 23's Redis driver answers one now and then when a
+    claim expires while it counts); it still shows in the non-2xx column."""
+    for _ in range(50):
+        status, body = await conn.request("stats", "GET", f"/v2/queues/{queue}/stats")
+        if status != 503:
+            break
+        await asyncio.sleep(0.05)
+    _check(status, body, "stats")
+    return int(body["messages"]["total"])
+
+
+async def set_metadata(conn: Connection, queue: str, metadata: dict[str, Any]) -> None:
+    """PUT the queue with its metadata (Zaqar v2 creates queues this way; a PATCH would need a queue)."""
+    status, body = await conn.request("setup", "PUT", f"/v2/queues/{queue}", metadata)
+    _check(status, body, "create queue")
+
+
+async def produce(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    queue = f"produce-{run}"
+    start = time.perf_counter()
+    await post_all(client, queue, args.messages, run, args.concurrency, timed=True)
+    elapsed = time.perf_counter() - start
+    seen = await read_back(client, queue, args.messages)
+    return {"msgs_per_s": args.messages / elapsed, "seconds": elapsed, **integrity(seen, args.messages)}
+
+
+async def pipeline(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    queue = f"pipeline-{run}"
+    await post_all(client, queue, args.messages, run, args.concurrency, timed=False)
+    start = time.perf_counter()
+    seen, _ = await drain(
+        client, queue, args.messages, within=args.duration, timed=True, concurrency=args.concurrency
+    )
+    elapsed = time.perf_counter() - start
+    left = await stats_total(client.untimed(), queue)
+    return {
+        "msgs_per_s": seen.total() / elapsed,
+        "seconds": elapsed,
+        "left_in_queue": left,
+        **integrity(seen, args.messages),
+    }
+
+
+async def dlq(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    queue, dead = f"dlq-{run}", f"dlq-{run}-dead"  # no dot: Zaqar splits scoped names on "."
+    setup = client.untimed()
+    await set_metadata(setup, dead, {})
+    await set_metadata(
+        setup,
+        queue,
+        {"_max_claim_count": 2, "_dead_letter_queue": dead, "_dead_letter_queue_messages_ttl": 3600},
+    )
+    await post_all(client, queue, args.messages, run, args.concurrency, timed=False)
+    start = time.perf_counter()
+    done = asyncio.Event()
+
+    async def consumer(_: int) -> None:
+        conn = client.connection()
+        while not done.is_set() and time.perf_counter() - start < args.duration:
+            status, body = await conn.request(
+                "claim",
+                "POST",
+                f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}",
+                {"ttl": CLAIM_TTL, "grace": 60},
+            )
+            _check(status, body, "claim")
+            if status == 204 or not body:
+                if await stats_total(conn, queue) == 0:
+                    done.set()
+                else:
+                    await asyncio.sleep(0.01)
+                continue
+            _, claim_id = href_ids(body["messages"][0]["href"])
+            status, answer = await conn.request("release", "DELETE", f"/v2/queues/{queue}/claims/{claim_id}")
+            _check(status, answer, "release")
+        conn.close()
+
+    await gather(args.concurrency, consumer)
+    moving = time.perf_counter() - start
+    in_dlq = await stats_total(setup, dead)
+    seen, first = await drain(client, dead, args.messages, within=args.drain_timeout, timed=False)
+    setup.close()
+    return {
+        "moves_per_s": in_dlq / moving,
+        "seconds": moving,
+        "dead_lettered": in_dlq,
+        "dlq_claimable_after_s": first,
+        **integrity(seen, args.messages),
+    }
+
+
+async def depth(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label, n in (("small", 1000), ("big", args.depth_big)):
+        queue = f"depth-{label}-{run}"
+        await post_all(client, queue, n, run, args.concurrency, timed=False)
+        conn = client.connection(rec := Recorder())
+        for _ in range(args.depth_claims):
+            status, body = await conn.request(
+                "claim",
+                "POST",
+                f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}",
+                {"ttl": CLAIM_TTL, "grace": 60},
+            )
+            _check(status, body, "claim")
+            _, claim_id = href_ids(body["messages"][0]["href"])
+            status, answer = await conn.request("release", "DELETE", f"/v2/queues/{queue}/claims/{claim_id}")
+            _check(status, answer, "release")
+        conn.close()
+        for kind, stats in rec.summary().items():
+            client.recorder.latencies[f"{kind}@{n}"] = rec.latencies[kind]
+            client.recorder.statuses[f"{kind}@{n}"] = rec.statuses[kind]
+            out[f"{kind}_p50_ms@{n}"] = stats["p50_ms"]
+        seen = await read_back(client, queue, n) if n <= 20_000 else None
+        if seen is not None:
+            out[f"integrity@{n}"] = integrity(seen, n)
+        out[f"queued@{n}"] = await stats_total(client.untimed(), queue)
+    out["p50_ratio"] = out[f"claim_p50_ms@{args.depth_big}"] / out["claim_p50_ms@1000"]
+    out["lost"] = out["duplicated"] = 0  # claims were released: nothing is consumed, the counts above
+    return out
+
+
+async def ping(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    start = time.perf_counter()
+
+    async def pinger(_: int) -> None:
+        conn = client.connection()
+        while time.perf_counter() - start < args.duration:
+            status, _ = await conn.request("ping", "GET", "/v2/ping")
+            if status not in (200, 204):
+                raise HttpError(f"ping: HTTP {status}")
+        conn.close()
+
+    await gather(args.concurrency, pinger)
+    elapsed = time.perf_counter() - start
+    return {"seconds": elapsed, "lost": 0, "duplicated": 0}
+
+
+async def run_workload(args: argparse.Namespace) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:10]
+    client = Client(args.url, args.project)
+    start = time.perf_counter()
+    result = await globals()[args.workload](client, args, run)
+    wall = time.perf_counter() - start
+    timed = result.get("seconds", wall)
+    return {
+        "workload": args.workload,
+        "url": args.url,
+        "messages": args.messages,
+        "concurrency": args.concurrency,
+        **result,
+        "requests_per_s": client.recorder.requests() / timed if args.workload != "depth" else None,
+        "requests": client.recorder.summary(),
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"workload {result['workload']} against {result['url']}"]
+    for key, value in result.items():
+        if key in ("workload", "url", "requests"):
+            continue
+        lines.append(f"  {key:<26} {value:,.2f}" if isinstance(value, float) else f"  {key:<26} {value}")
+    lines.append(f"  {'request':<12} {'count':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}  non-2xx")
+    for kind, s in result["requests"].items():
+        lines.append(
+            f"  {kind:<12} {s['count']:>8} {s['p50_ms']:>8.2f} {s['p95_ms']:>8.2f} {s['p99_ms']:>8.2f}  "
+            f"{s['non_2xx'] or '-'}"
+        )
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench.loadgen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--url", default="http://127.0.0.1:8888")
+    p.add_argument("--workload", choices=WORKLOADS, required=True)
+    p.add_argument("--messages", type=int, default=20_000, help="messages per run (default 20,000)")
+    p.add_argument("--duration", type=float, default=120.0, help="time bound of the timed phase, seconds")
+    p.add_argument("--drain-timeout", type=float, default=150.0, help="dlq: time bound of the DLQ drain")
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--depth-big", type=int, default=1_000_000)
+    p.add_argument("--depth-claims", type=int, default=500, help="depth: claims timed per queue")
+    p.add_argument("--project", default="bench")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    result = asyncio.run(run_workload(args))
+    print(json.dumps(result, indent=2) if args.json else table(result))
+    return 0 if result.get("lost", 0) == 0 and result.get("duplicated", 0) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
