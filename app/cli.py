@@ -12,6 +12,8 @@ import time
 
 from app.settings import Settings
 
+APP = "app.main:create_app"
+
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
@@ -32,9 +34,9 @@ def serve(args: argparse.Namespace) -> int:
     workers = args.workers or settings.workers
     try:
         if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
-            return supervise(workers, host, port, args.log_level)
+            return supervise(workers, host, port, args.log_level, APP)
         uvicorn.run(
-            "app.main:create_app",
+            APP,
             factory=True,
             host=host,
             port=port,
@@ -48,17 +50,18 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def supervise(workers: int, host: str, port: int, log_level: str) -> int:
+def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> int:
     """Run `workers` uvicorn processes, each with its own listening socket on host:port (SO_REUSEPORT), so
     that the kernel spreads connections evenly over them. With uvicorn's one shared socket, whichever worker
     was idle accepted the next connection, and a benchmark's kept-alive connections ended up 4:1 on one
-    worker of two (bench/README.md). A worker that dies is started again; SIGTERM/SIGINT stop them all."""
+    worker of two (bench/README.md). A worker that dies is started again; SIGTERM/SIGINT stop them all.
+    `app` is "module:attribute", a factory when the attribute's name starts with "create_"."""
     probe = socket.create_server((host, port))  # without SO_REUSEPORT: fails if anything already listens
     probe.close()
     context = multiprocessing.get_context("spawn")
 
     def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=run_worker, args=(host, port, log_level), daemon=False)
+        process = context.Process(target=run_worker, args=(host, port, log_level, app), daemon=False)
         process.start()
         return process
 
@@ -85,7 +88,7 @@ def supervise(workers: int, host: str, port: int, log_level: str) -> int:
     return 0
 
 
-def run_worker(host: str, port: int, log_level: str) -> None:
+def run_worker(host: str, port: int, log_level: str, app: str) -> None:
     """One worker of `supervise`: its own SO_REUSEPORT socket, one uvicorn server."""
     import uvicorn
 
@@ -94,9 +97,8 @@ def run_worker(host: str, port: int, log_level: str) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    config = uvicorn.Config(
-        "app.main:create_app", factory=True, log_level=log_level, access_log=False, host=host, port=port
-    )
+    factory = app.rpartition(":")[2].startswith("create_")
+    config = uvicorn.Config(app, factory=factory, log_level=log_level, access_log=False, host=host, port=port)
     uvicorn.Server(config).run(sockets=[sock])
 
 
