@@ -206,8 +206,9 @@ def ratios(results: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
 
 
 def markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
+    command = " ".join(["python", "-m", "bench.compare", *sys.argv[1:]])
     out = [
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `{' '.join(['python', '-m', 'bench.compare', *sys.argv[1:]])}`, "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `{command}`, "
         f"Charon with {args.workers} workers, Zaqar {ZAQAR_VERSION} with gunicorn -w {ZAQAR_WORKERS}.",
         "",
         "| target | measured | goal | met |",
@@ -227,9 +228,10 @@ def markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
             rate = r.get("msgs_per_s") or r.get("moves_per_s")
             p50 = ", ".join(f"{k} {v['p50_ms']:.1f}" for k, v in r["requests"].items())
             bad = {k: v["non_2xx"] for k, v in r["requests"].items() if v["non_2xx"]}
-            reqs = r.get("requests_per_s")
+            rate_text = f"{rate:,.0f}" if rate else "-"
+            reqs_text = f"{r['requests_per_s']:,.0f}" if r.get("requests_per_s") else "-"
             out.append(
-                f"| {workload} | {server} | {f'{rate:,.0f}' if rate else '-'} | {f'{reqs:,.0f}' if reqs else '-'} | "
+                f"| {workload} | {server} | {rate_text} | {reqs_text} | "
                 f"{r.get('lost', '-')} | {r.get('duplicated', '-')} | {p50} | {bad or '-'} |"
             )
     extra = results.get("dlq", {})
