@@ -92,6 +92,7 @@ def create_app(
     app.state.provenance = settings.provenance
     app.state.clock = clock
     app.state.defaults = defaults
+    app.state.storage_check = health.StorageCheck()
     app.state.redrive = RedriveRunner(lambda: app.state.store, lease_ms=int(settings.redrive_lease * 1000))
     if store is not None:
         app.state.store = store

@@ -6,7 +6,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from api.deps import ClockDep, LimitsDep, ProvenanceDep, QueueDep, StoreDep, read_json, validate_body
+from api.deps import (
+    CallDep,
+    ClockDep,
+    ProvenanceDep,
+    ProvenanceQuery,
+    QueueDep,
+    StoreDep,
+    read_json,
+    validate_body,
+)
 from api.render import json_response, messages
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
 from core.errors import ClaimNotFound
@@ -46,26 +55,24 @@ def _claim_id(claim_id: str, queue: str) -> ClaimId:
     openapi_extra=CLAIM_BODY,
 )
 async def create_claim(
-    q: QueueDep,
-    store: StoreDep,
-    limits: LimitsDep,
-    clock: ClockDep,
-    provenance: ProvenanceDep,
+    call: CallDep,
     request: Request,
     limit: Annotated[int | None, Query(description="Most messages to claim, 1 to 20.")] = None,
+    provenance: ProvenanceQuery = None,
 ) -> Response:
+    limits = call.limits
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
     body = await _claim_body(request, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
     grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
-    result = await store.claim(q, ttl=ttl, grace=grace, limit=size)
+    result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size)
     if result.claim is None:
         return Response(status_code=204)
-    now = clock.now_ms()
+    now = call.clock.now_ms()
     return json_response(
-        {"messages": messages(result.claim.messages, now, provenance=provenance)},
+        {"messages": messages(result.claim.messages, now, provenance=call.show(provenance))},
         status_code=201,
-        headers={"Location": f"/v2/queues/{q.name}/claims/{result.claim.id}"},
+        headers={"Location": f"/v2/queues/{call.q.name}/claims/{result.claim.id}"},
     )
 
 
@@ -98,9 +105,8 @@ async def get_claim(
     responses={404: {"model": ErrorOut}},
     openapi_extra=CLAIM_BODY,
 )
-async def renew_claim(
-    q: QueueDep, claim_id: str, store: StoreDep, limits: LimitsDep, request: Request
-) -> Response:
+async def renew_claim(call: CallDep, claim_id: str, request: Request) -> Response:
+    q, store, limits = call.q, call.store, call.limits
     cid = _claim_id(claim_id, q.name)
     body = await _claim_body(request, limits)
     ttl, grace = body.ttl, body.grace
@@ -123,13 +129,11 @@ async def renew_claim(
     '"$BASE/v2/queues/jobs/claims/$CLAIM?delay=30"`',
 )
 async def release_claim(
-    q: QueueDep,
+    call: CallDep,
     claim_id: str,
-    store: StoreDep,
-    limits: LimitsDep,
     delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
 ) -> Response:
-    wait = check_release_delay(delay, limits)
+    wait = check_release_delay(delay, call.limits)
     if is_valid_id(claim_id):
-        await store.release_claim(q, ClaimId(claim_id), delay=wait)
+        await call.store.release_claim(call.q, ClaimId(claim_id), delay=wait)
     return Response(status_code=204)

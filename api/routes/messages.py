@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import (
+    CallDep,
     ClientIdDep,
     ClockDep,
     LimitsDep,
@@ -62,9 +63,8 @@ def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
     responses={413: {"model": ErrorOut}},
     openapi_extra=json_body(PostMessagesIn, required=True),
 )
-async def post_messages(
-    q: QueueDep, client: ClientIdDep, store: StoreDep, limits: LimitsDep, request: Request
-) -> Response:
+async def post_messages(call: CallDep, request: Request) -> Response:
+    q, limits = call.q, call.limits
     raw, size = await read_json(request, max_size=limits.max_messages_post_size, what="A message post")
     body = validate_body(PostMessagesIn, raw)
     new = []
@@ -76,8 +76,8 @@ async def post_messages(
         new.append(
             NewMessage(body=m.body, ttl=m.ttl, delay=m.delay, dead_letter_eligible=m.dead_letter_eligible)
         )
-    ids = await store.post_messages(
-        q, new, client_id=client, default_ttl=limits.default_message_ttl, default_delay=0, body_size=size
+    ids = await call.store.post_messages(
+        q, new, client_id=call.client, default_ttl=limits.default_message_ttl, default_delay=0, body_size=size
     )
     base = f"/v2/queues/{q.name}/messages"
     return json_response(
@@ -193,13 +193,13 @@ async def get_message(
     responses={403: {"model": ErrorOut}},
 )
 async def delete_message(
-    q: QueueDep,
+    call: CallDep,
     message_id: str,
-    store: StoreDep,
     claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
 ) -> Response:
     if is_valid_id(message_id):
-        await store.delete_message(q, MessageId(message_id), claim_id=ClaimId(claim_id) if claim_id else None)
+        held_by = ClaimId(claim_id) if claim_id else None
+        await call.store.delete_message(call.q, MessageId(message_id), claim_id=held_by)
     return Response(status_code=204)
 
 
@@ -224,16 +224,14 @@ def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId,
     responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
 )
 async def release_message(
-    q: QueueDep,
+    call: CallDep,
     message_id: str,
-    store: StoreDep,
-    limits: LimitsDep,
     claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
     delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
 ) -> Response:
-    wait = check_release_delay(delay, limits)
-    mid, cid = _held(message_id, claim_id, q.name)
-    await store.release_message(q, mid, claim_id=cid, delay=wait)
+    wait = check_release_delay(delay, call.limits)
+    mid, cid = _held(message_id, claim_id, call.q.name)
+    await call.store.release_message(call.q, mid, claim_id=cid, delay=wait)
     return Response(status_code=204)
 
 
@@ -250,17 +248,15 @@ async def release_message(
     openapi_extra=json_body(RejectIn),
 )
 async def dead_letter_message(
-    q: QueueDep,
+    call: CallDep,
     message_id: str,
-    store: StoreDep,
-    limits: LimitsDep,
     request: Request,
     claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
 ) -> Response:
-    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="A rejection")
+    raw, _ = await read_json(request, max_size=call.limits.max_queue_metadata, what="A rejection")
     body = validate_body(RejectIn, raw or {})
-    mid, cid = _held(message_id, claim_id, q.name)
-    moved = await store.dead_letter_message(
-        q, mid, claim_id=cid, rejection=Rejection(reason=body.reason, description=body.description)
+    mid, cid = _held(message_id, claim_id, call.q.name)
+    moved = await call.store.dead_letter_message(
+        call.q, mid, claim_id=cid, rejection=Rejection(reason=body.reason, description=body.description)
     )
     return json_response({"outcome": "moved" if moved else "discarded"})

@@ -8,7 +8,7 @@ the project's hash tag (keys.py), so Redis Cluster works too.
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -80,7 +80,8 @@ def _cluster_options(url: str) -> dict[str, Any]:
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """32 random hex digits (as uuid4().hex, without building a UUID: ten of those were 5% of a post)."""
+    return os.urandom(16).hex()
 
 
 def _task_member(q: QueueRef, task_id: str) -> str:
@@ -313,16 +314,19 @@ class RedisStore:
         body_size: int,
     ) -> list[MessageId]:
         ids = [MessageId(new_id()) for _ in messages]
-        args: list[Any] = [client_id, default_ttl, default_delay, body_size]
+        fields: list[str] = []
         for mid, m in zip(ids, messages, strict=True):
-            args += [
+            fields += [
                 mid,
-                orjson.dumps(m.body).decode(),
-                -1 if m.ttl is None else m.ttl,
-                -1 if m.delay is None else m.delay,
-                int(m.dead_letter_eligible),
+                "-1" if m.ttl is None else str(m.ttl),
+                "-1" if m.delay is None else str(m.delay),
+                "1" if m.dead_letter_eligible else "0",
+                orjson.dumps(m.body).decode(),  # orjson escapes every control character: no raw "\x1f"
             ]
-        await self._call_scheduling("post_messages", q, *args)
+        packed = "\x1f".join(fields)
+        await self._call_scheduling(
+            "post_messages", q, client_id, default_ttl, default_delay, body_size, packed
+        )
         return ids
 
     async def list_messages(

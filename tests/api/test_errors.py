@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 from typing import Any
 
 import httpx
@@ -13,7 +15,7 @@ from app.settings import Settings
 from core import errors
 from storage.registry import open_store
 from tests.conftest import CLIENT_ID, api_client
-from tests.servers import free_port
+from tests.servers import RedisServer, free_port
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 NO_CLIENT: dict[str, Any] = {"Client-ID": None}
@@ -306,3 +308,43 @@ async def check_requests_answer_503(uri: str) -> None:
 async def test_a_store_that_cannot_be_reached_answers_503(uri: str) -> None:
     await check_requests_answer_503(uri)
     gc.collect()
+
+
+async def test_ping_follows_the_storage_within_a_second_and_a_burst_costs_one_round_trip() -> None:
+    """Ping reuses a storage check for up to 1 s (api.routes.health.StorageCheck): 100 concurrent pings and
+    20 more one after the other are answered by one PING to redis-server, and once the server is gone ping
+    answers 503 within about 1 s."""
+    server = RedisServer().start()
+    store = open_store(server.url)
+    app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0), store=store)
+    try:
+        async with api_client(app) as c:
+            before = await _pings_served(server.url)
+            answers = await asyncio.gather(*(c.get("/v2/ping") for _ in range(100)))
+            assert {r.status_code for r in answers} == {204}
+            for _ in range(20):  # one after the other, within the second
+                assert (await c.get("/v2/ping")).status_code == 204
+            # one storage check; redis-py may precede a new connection's first command with a PING of its own
+            assert await _pings_served(server.url) - before <= 2
+            server.stop()
+            start = time.monotonic()
+            while (r := await c.get("/v2/ping")).status_code == 204:
+                assert time.monotonic() - start < 1.5, "ping still says 204 1.5 s after the storage stopped"
+                await asyncio.sleep(0.05)
+            assert r.status_code == 503
+            assert r.json()["title"] == "Service temporarily unavailable"
+    finally:
+        await store.aclose()
+        server.stop()
+
+
+async def _pings_served(url: str) -> int:
+    """How many PING commands redis-server has run (INFO commandstats), through a client of its own."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        stats = await client.info("commandstats")
+        return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+    finally:
+        await client.aclose()
