@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from api.deps import (
+    PROVENANCE_DOC,
     CallDep,
     ClockDep,
     ProvenanceDep,
-    ProvenanceQuery,
     QueueDep,
     StoreDep,
+    call_of,
+    parameters,
+    path_parameter,
+    query_bool,
+    query_int,
+    query_parameter,
     read_json,
     validate_body,
 )
@@ -52,15 +56,16 @@ def _claim_id(claim_id: str, queue: str) -> ClaimId:
     response_model=MessagesOut,
     summary="Claim up to `limit` messages (204 when none is claimable)",
     responses={204: {"description": "Nothing to claim."}},
-    openapi_extra=CLAIM_BODY,
+    openapi_extra=parameters(
+        query_parameter("limit", "Most messages to claim, 1 to 20.", "integer"),
+        query_parameter("provenance", PROVENANCE_DOC, "boolean"),
+        **CLAIM_BODY,
+    ),
 )
-async def create_claim(
-    call: CallDep,
-    request: Request,
-    limit: Annotated[int | None, Query(description="Most messages to claim, 1 to 20.")] = None,
-    provenance: ProvenanceQuery = None,
-) -> Response:
+async def create_claim(request: Request) -> Response:
+    call = call_of(request)
     limits = call.limits
+    limit, provenance = query_int(request, "limit"), call.show(query_bool(request, "provenance"))
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
     body = await _claim_body(request, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
@@ -70,7 +75,7 @@ async def create_claim(
         return Response(status_code=204)
     now = call.clock.now_ms()
     return json_response(
-        {"messages": messages(result.claim.messages, now, provenance=call.show(provenance))},
+        {"messages": messages(result.claim.messages, now, provenance=provenance)},
         status_code=201,
         headers={"Location": f"/v2/queues/{call.q.name}/claims/{result.claim.id}"},
     )
@@ -127,13 +132,12 @@ async def renew_claim(call: CallDep, claim_id: str, request: Request) -> Respons
     "`_redelivery_delay_levels`), counted by its claim count; without a backoff it is claimable at once.\n\n"
     '`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
     '"$BASE/v2/queues/jobs/claims/$CLAIM?delay=30"`',
+    openapi_extra=parameters(path_parameter("claim_id"), query_parameter("delay", DELAY_DOC, "integer")),
 )
-async def release_claim(
-    call: CallDep,
-    claim_id: str,
-    delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
-) -> Response:
-    wait = check_release_delay(delay, call.limits)
+async def release_claim(request: Request) -> Response:
+    call = call_of(request)
+    wait = check_release_delay(query_int(request, "delay"), call.limits)
+    claim_id = request.path_params["claim_id"]
     if is_valid_id(claim_id):
         await call.store.release_claim(call.q, ClaimId(claim_id), delay=wait)
     return Response(status_code=204)

@@ -15,6 +15,10 @@ from api.deps import (
     ProvenanceDep,
     QueueDep,
     StoreDep,
+    call_of,
+    parameters,
+    path_parameter,
+    query_parameter,
     read_json,
     validate_body,
 )
@@ -42,6 +46,8 @@ from core.limits import (
 )
 from core.models import ClaimId, MessageId, NewMessage, Rejection
 
+CLAIM_ID_DOC = "The claim that holds the message."
+
 router = APIRouter(tags=["messages"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
 
@@ -63,7 +69,8 @@ def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
     responses={413: {"model": ErrorOut}},
     openapi_extra=json_body(PostMessagesIn, required=True),
 )
-async def post_messages(call: CallDep, request: Request) -> Response:
+async def post_messages(request: Request) -> Response:
+    call = call_of(request)
     q, limits = call.q, call.limits
     raw, size = await read_json(request, max_size=limits.max_messages_post_size, what="A message post")
     body = validate_body(PostMessagesIn, raw)
@@ -191,12 +198,11 @@ async def get_message(
     status_code=204,
     summary="Delete one message (a claimed one needs its claim_id)",
     responses={403: {"model": ErrorOut}},
+    openapi_extra=parameters(path_parameter("message_id"), query_parameter("claim_id", CLAIM_ID_DOC)),
 )
-async def delete_message(
-    call: CallDep,
-    message_id: str,
-    claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
-) -> Response:
+async def delete_message(request: Request) -> Response:
+    call = call_of(request)
+    message_id, claim_id = request.path_params["message_id"], request.query_params.get("claim_id")
     if is_valid_id(message_id):
         held_by = ClaimId(claim_id) if claim_id else None
         await call.store.delete_message(call.q, MessageId(message_id), claim_id=held_by)
@@ -226,7 +232,7 @@ def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId,
 async def release_message(
     call: CallDep,
     message_id: str,
-    claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
+    claim_id: Annotated[str | None, Query(description=CLAIM_ID_DOC)] = None,
     delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
 ) -> Response:
     wait = check_release_delay(delay, call.limits)
@@ -251,7 +257,7 @@ async def dead_letter_message(
     call: CallDep,
     message_id: str,
     request: Request,
-    claim_id: Annotated[str | None, Query(description="The claim that holds the message.")] = None,
+    claim_id: Annotated[str | None, Query(description=CLAIM_ID_DOC)] = None,
 ) -> Response:
     raw, _ = await read_json(request, max_size=call.limits.max_queue_metadata, what="A rejection")
     body = validate_body(RejectIn, raw or {})
