@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -83,7 +83,7 @@ def domain_error(exc: ResponseError) -> errors.CharonError | None:
     return cls(description) if cls else None
 
 
-async def run(script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+async def run(script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
     try:
         return await script(keys=keys, args=args)
     except ResponseError as exc:
