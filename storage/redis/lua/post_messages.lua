@@ -26,21 +26,48 @@ local function field()
   pos = stop + 1
   return value
 end
-local n = 0
+local posted = {}
 while pos <= #packed do
-  local id, ttl, delay, eligible, body = field(), tonumber(field()), tonumber(field()), field(), field()
+  table.insert(posted, {field(), tonumber(field()), tonumber(field()), field(), field()})
+end
+local n = #posted
+if n == 0 then return {SWEEP.lowered, 0} end
+-- One call per message (its hash and that hash's expiry); the sets are written once for the whole post.
+local last = redis.call('HINCRBY', K.queue, 'seq', n)
+local msgs, ready, delayed, expiry = {}, {}, {}, {}
+local earliest
+for i, m in ipairs(posted) do
+  local id, ttl, delay, eligible, body = m[1], m[2], m[3], m[4], m[5]
   if ttl < 0 then ttl = dttl end
   if maxttl and ttl > maxttl then ttl = maxttl end
   if delay < 0 then delay = ddelay end
-  local k = redis.call('HINCRBY', K.queue, 'seq', 1)
+  local k = last - n + i
   local mk = prefix .. 'm:' .. id
   local av = now + delay * 1000
+  local e = now + ttl * 1000
   redis.call('HSET', mk, 'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[4],
-             'c', '', 'ce', 0, 'cc', 0, 'av', av)
+             'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e)
   if eligible == '0' then redis.call('HSET', mk, 'ne', 1) end
-  set_expiry(K, mk, id, now + ttl * 1000, now)
-  redis.call('ZADD', K.msgs, k, id)
-  if delay > 0 then redis.call('ZADD', K.delayed, av, id) else redis.call('ZADD', K.ready, k, id) end
-  n = n + 1
+  redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
+  if earliest == nil or e < earliest then earliest = e end
+  table.insert(expiry, e); table.insert(expiry, id)
+  table.insert(msgs, k); table.insert(msgs, id)
+  if delay > 0 then
+    table.insert(delayed, av); table.insert(delayed, id)
+  else
+    table.insert(ready, k); table.insert(ready, id)
+  end
 end
+-- ZADD of score/member pairs, 1,000 pairs a call (unpack() is bound by Lua's stack; a post of small
+-- messages may hold thousands).
+local function zadd_all(key, pairs)
+  for first = 1, #pairs, 2000 do
+    redis.call('ZADD', key, unpack(pairs, first, math.min(first + 1999, #pairs)))
+  end
+end
+zadd_all(K.expiry, expiry)
+schedule(K, earliest)
+zadd_all(K.msgs, msgs)
+zadd_all(K.ready, ready)
+zadd_all(K.delayed, delayed)
 return {SWEEP.lowered, n}
