@@ -30,7 +30,11 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Address `charon serve` binds.")
     port: int = Field(8888, description="Port `charon serve` binds.")
-    workers: int = Field(1, description="Worker processes of `charon serve` (about one per core).")
+    workers: int = Field(
+        1,
+        description="Worker processes of `charon serve` (one per core; each listens on its own "
+        "SO_REUSEPORT socket).",
+    )
     sweep_interval: float = Field(
         0.5,
         ge=0,
