@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install system-deps run test test-fast lint fmt typecheck openapi clean
+.PHONY: install system-deps run test test-fast lint fmt typecheck openapi bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ $(STAMP): pyproject.toml | system-deps
 
 run: install
 	$(BIN)/charon serve
+
+# Charon against OpenStack Zaqar 23.0.1 (its own virtualenv under .bench/, made on first use): bench/README.md
+bench: install
+	$(BIN)/python -m bench.compare
 
 lint: install
 	$(BIN)/ruff check .

@@ -93,6 +93,7 @@ class Service:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited at start; see {self.log}")
             time.sleep(0.2)
+        self.__exit__()  # `with` does not call __exit__ when __enter__ raises
         raise RuntimeError(f"{self.name} did not start; see {self.log}")
 
     def __exit__(self, *_: object) -> None:
@@ -159,6 +160,7 @@ def bare_ping(workers: int, duration: str, workdir: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     n, big = ("5000", "100000") if args.quick else (str(args.messages), str(args.depth_big))
+    produced = str(int(n) * 5)  # posting is fast: more messages, so that the run lasts seconds
     duration = "3" if args.quick else "10"
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="charon-bench-") as tmp:
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with services(workdir, args.workers) as running:
             for workload in args.workloads:
                 options = {
-                    "produce": ["--messages", n],
+                    "produce": ["--messages", produced],
                     "pipeline": ["--messages", n],
                     "dlq": ["--messages", n],
                     "depth": ["--depth-big", big],
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="bench.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--workloads", default="produce,pipeline,dlq,depth,ping")
-    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--messages", type=int, default=20_000, help="per run (5x that for produce)")
     p.add_argument("--depth-big", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=2, help="Charon worker processes (default 2)")
     p.add_argument("--quick", action="store_true", help="5,000 messages, depth 100,000, 3 s of ping")

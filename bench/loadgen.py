@@ -232,7 +232,8 @@ async def drain(
                 status, answer = await conn.request(
                     "delete", "DELETE", f"/v2/queues/{queue}/messages/{message_id}?claim_id={claim_id}"
                 )
-                _check(status, answer, "delete")
+                if status != 403:  # Zaqar 23 refuses some DLQ deletes (its old claim): counted in non-2xx,
+                    _check(status, answer, "delete")  # and the message comes again (a duplicate)
         conn.close()
 
     await gather(concurrency, consumer)
