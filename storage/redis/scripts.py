@@ -10,7 +10,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core import errors
@@ -91,6 +91,67 @@ async def run(script: AsyncScript, keys: Sequence[str | bytes], args: list[Any])
         if mapped is None:
             raise
         raise mapped from None
+
+
+class DirectScripts:
+    """Runs the queue scripts (the API's hot path) with EVALSHA on connections this object keeps, made by
+    the client's own pool (same address, credentials, TLS, decoding), instead of through
+    Redis.execute_command. redis-py 8's command path (pool lock, a liveness probe on every checkout, retry
+    wrapper, metrics hooks, AsyncScript) was about 45 % of a one-message DELETE's time in Charon
+    (bench/README.md). What stays the same: one EVALSHA per call, NOSCRIPT answered by loading the script,
+    the scripts' CHARON_* errors mapped to domain errors, redis-py's periodic health check (a PING on a
+    connection idle for 30 s). A kept connection that fails is replaced and the call made once more on a
+    new one (as redis-py's default retry would); a new connection that fails raises. Redis Cluster clients
+    keep redis-py's path (their routing is the point)."""
+
+    def __init__(self, client: aioredis.Redis, scripts: dict[str, AsyncScript]) -> None:
+        self._pool = client.connection_pool
+        self._scripts = scripts
+        self._idle: list[Any] = []
+
+    async def __call__(self, name: str, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+        script = self._scripts[name]
+        reused = bool(self._idle)
+        conn = self._idle.pop() if reused else self._new()
+        try:
+            try:
+                result = await self._evalsha(conn, script, keys, args)
+            except (RedisConnectionError, RedisTimeoutError):
+                if not reused:
+                    raise
+                await conn.disconnect(nowait=True)
+                conn = self._new()
+                result = await self._evalsha(conn, script, keys, args)
+        except ResponseError as exc:
+            self._idle.append(conn)  # the server answered: the connection is in a clean state
+            mapped = domain_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+        except BaseException:  # a broken connection, or a cancelled call with its reply still to come
+            await conn.disconnect(nowait=True)
+            raise
+        self._idle.append(conn)
+        return result
+
+    def _new(self) -> Any:
+        return self._pool.make_connection()  # type: ignore[no-untyped-call]
+
+    @staticmethod
+    async def _evalsha(conn: Any, script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+        await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return await conn.read_response()
+        except NoScriptError:  # the server restarted or was flushed: load it and go on
+            await conn.send_command("SCRIPT", "LOAD", script.script)
+            await conn.read_response()
+            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await conn.read_response()
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()
 
 
 @asynccontextmanager

@@ -50,7 +50,7 @@ from storage.redis.keys import (
     tasks_key,
     touched_key,
 )
-from storage.redis.scripts import load_scripts, run, unavailable_as_domain_error
+from storage.redis.scripts import DirectScripts, load_scripts, run, unavailable_as_domain_error
 
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
@@ -182,6 +182,7 @@ class RedisStore:
         self._namespace = namespace
         self._clock = clock or SystemClock()
         self._scripts = load_scripts(client, defaults)
+        self._direct = DirectScripts(client, self._scripts) if isinstance(client, aioredis.Redis) else None
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
         self._keys: dict[QueueRef, tuple[list[bytes], bytes, bytes]] = {}
         self._lease_token = new_id()
@@ -223,7 +224,10 @@ class RedisStore:
             if q.project not in self._registered:  # for the sweeper's periodic full scan
                 await self._client.sadd(projects_key(self._namespace), q.project)
                 self._registered.add(q.project)
-            return await run(self._scripts[name], keys, [prefix, queue_name, self._clock.now_ms(), *args])
+            argv = [prefix, queue_name, self._clock.now_ms(), *args]
+            if self._direct is not None:
+                return await self._direct(name, keys, argv)
+            return await run(self._scripts[name], keys, argv)
 
     async def _call_scheduling(self, name: str, q: QueueRef, *args: Any) -> list[Any]:
         """_call() for the scripts that may move the project's earliest due time earlier (lib.lua SWEEP):
@@ -619,4 +623,6 @@ class RedisStore:
             await self._client.ping()
 
     async def aclose(self) -> None:
+        if self._direct is not None:
+            await self._direct.aclose()
         await self._client.aclose()

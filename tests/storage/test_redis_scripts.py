@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from importlib import resources
 
 import redis.asyncio as aioredis
@@ -29,6 +30,21 @@ async def test_scripts_reload_after_script_flush(redis_store: RedisStore, redis_
     await admin.aclose()
     await post(redis_store, Q, "after")  # NOSCRIPT -> redis-py loads the script again
     assert (await redis_store.stats(Q)).total == 2
+
+
+async def test_calls_go_on_after_the_server_closes_the_kept_connections(
+    redis_store: RedisStore, redis_url: str
+) -> None:
+    """The driver keeps its script connections (storage.redis.scripts.DirectScripts); when the server drops
+    them (a restart, CLIENT KILL, a timeout), the next call replaces the connection and succeeds, once."""
+    await asyncio.gather(*(post(redis_store, Q, n) for n in range(5)))  # several kept connections
+    admin = aioredis.Redis.from_url(redis_url)
+    killed = await admin.client_kill_filter(_type="normal", skipme=True)
+    await admin.aclose()
+    assert killed >= 1
+    for n in range(5):
+        await post(redis_store, Q, n)
+    assert (await redis_store.stats(Q)).total == 10
 
 
 async def test_full_scan_repairs_a_lost_touched_mark(
