@@ -2,8 +2,9 @@
 
 Every dependency is `async def` and takes at most the Request: FastAPI runs a plain `def` dependency in its
 thread pool (a thread hop per dependency per request), and resolves each declared Header/Path parameter and
-sub-dependency per request; the two together made a one-message DELETE cost three times a bare route
-(bench/README.md, "What the profile showed"). The headers and the queue name are therefore read from the
+sub-dependency per request: a route declaring the two headers, the queue name and a claim id answered
+less than half the requests a second of one reading them from the Request (bench/README.md, "What the
+profile showed"). The headers and the queue name are therefore read from the
 request here, and `document_common_parameters` puts them in the OpenAPI document of every queue route.
 """
 
@@ -102,8 +103,9 @@ class QueueCall:
 
 def call_of(request: Request) -> QueueCall:
     """The QueueCall of a request, for the hottest routes, which take nothing but the Request: with no
-    parameter for FastAPI to resolve, a one-message DELETE costs about a third less (bench/README.md). Their
-    parameters are documented with `parameters()` and read with `query_int()`/`request.query_params`."""
+    parameter for FastAPI to resolve, a one-message DELETE spent a quarter of what it did resolving them
+    (bench/README.md), and api/direct.py can serve them without FastAPI's inner layers. Their parameters
+    are documented with `parameters()` and read with `query_int()`/`request.query_params`."""
     q, client = _queue_and_client(request)
     state = request.app.state
     return QueueCall(q, client, state.store, state.limits, state.clock, state.provenance)

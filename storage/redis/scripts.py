@@ -97,7 +97,7 @@ class DirectScripts:
     """Runs the queue scripts (the API's hot path) with EVALSHA on connections this object keeps, made by
     the client's own pool (same address, credentials, TLS, decoding), instead of through
     Redis.execute_command. redis-py 8's command path (pool lock, a liveness probe on every checkout, retry
-    wrapper, metrics hooks, AsyncScript) was about 45 % of a one-message DELETE's time in Charon
+    wrapper, metrics hooks, AsyncScript) was the largest part of a one-message DELETE's time in Charon
     (bench/README.md). What stays the same: one EVALSHA per call, NOSCRIPT answered by loading the script,
     the scripts' CHARON_* errors mapped to domain errors, redis-py's periodic health check (a PING on a
     connection idle for 30 s). A kept connection that fails is replaced and the call made once more on a
