@@ -214,13 +214,7 @@ async def drain(
     async def consumer(_: int) -> None:
         conn = client.connection() if timed else client.untimed()
         while seen.total() < n and time.perf_counter() - start < within:
-            status, body = await conn.request(
-                "claim",
-                "POST",
-                f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}",
-                {"ttl": CLAIM_TTL, "grace": 60},
-            )
-            _check(status, body, "claim")
+            status, body = await claim(conn, queue)
             if status == 204 or not body:
                 await asyncio.sleep(0.05)
                 continue
@@ -238,6 +232,22 @@ async def drain(
 
     await gather(concurrency, consumer)
     return seen, (first_at[0] - start if first_at else None)
+
+
+async def claim(conn: Connection, queue: str) -> tuple[int, Any]:
+    """POST a claim (limit CLAIM_LIMIT, ttl CLAIM_TTL, grace 60): 201 with messages or 204."""
+    status, body = await conn.request(
+        "claim", "POST", f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}", {"ttl": CLAIM_TTL, "grace": 60}
+    )
+    _check(status, body, "claim")
+    return status, body
+
+
+async def release(conn: Connection, queue: str, claimed: Any) -> None:
+    """DELETE the claim that returned `claimed` (its id is in the messages' hrefs)."""
+    _, claim_id = href_ids(claimed["messages"][0]["href"])
+    status, answer = await conn.request("release", "DELETE", f"/v2/queues/{queue}/claims/{claim_id}")
+    _check(status, answer, "release")
 
 
 def integrity(seen: Counter[int], n: int) -> dict[str, int]:
@@ -326,22 +336,14 @@ async def dlq(client: Client, args: argparse.Namespace, run: str) -> dict[str, A
     async def consumer(_: int) -> None:
         conn = client.connection()
         while not done.is_set() and time.perf_counter() - start < args.duration:
-            status, body = await conn.request(
-                "claim",
-                "POST",
-                f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}",
-                {"ttl": CLAIM_TTL, "grace": 60},
-            )
-            _check(status, body, "claim")
+            status, body = await claim(conn, queue)
             if status == 204 or not body:
                 if await stats_total(conn, queue) == 0:
                     done.set()
                 else:
                     await asyncio.sleep(0.01)
                 continue
-            _, claim_id = href_ids(body["messages"][0]["href"])
-            status, answer = await conn.request("release", "DELETE", f"/v2/queues/{queue}/claims/{claim_id}")
-            _check(status, answer, "release")
+            await release(conn, queue, body)
         conn.close()
 
     await gather(args.concurrency, consumer)
@@ -365,16 +367,8 @@ async def depth(client: Client, args: argparse.Namespace, run: str) -> dict[str,
         await post_all(client, queue, n, run, args.concurrency, timed=False)
         conn = client.connection(rec := Recorder())
         for _ in range(args.depth_claims):
-            status, body = await conn.request(
-                "claim",
-                "POST",
-                f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}",
-                {"ttl": CLAIM_TTL, "grace": 60},
-            )
-            _check(status, body, "claim")
-            _, claim_id = href_ids(body["messages"][0]["href"])
-            status, answer = await conn.request("release", "DELETE", f"/v2/queues/{queue}/claims/{claim_id}")
-            _check(status, answer, "release")
+            _, body = await claim(conn, queue)
+            await release(conn, queue, body)
         conn.close()
         for kind, stats in rec.summary().items():
             client.recorder.latencies[f"{kind}@{n}"] = rec.latencies[kind]
