@@ -13,6 +13,7 @@ import time
 from app.settings import Settings
 
 APP = "app.main:create_app"
+STARTUP_S = 10.0  # a worker that fails this soon after its start is not restarted (supervise)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -54,19 +55,23 @@ def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> i
     """Run `workers` uvicorn processes, each with its own listening socket on host:port (SO_REUSEPORT), so
     that the kernel spreads connections evenly over them. With uvicorn's one shared socket, whichever worker
     was idle accepted the next connection, and a benchmark's kept-alive connections ended up 4:1 on one
-    worker of two (bench/README.md). A worker that dies is started again; SIGTERM/SIGINT stop them all.
+    worker of two (bench/README.md). A worker that dies is started again, unless it exited with an error within
+    STARTUP_S of its start (then all stop, exit code 1, as uvicorn does); SIGTERM/SIGINT stop them all.
     `app` is "module:attribute", a factory when the attribute's name starts with "create_"."""
     probe = socket.create_server((host, port))  # without SO_REUSEPORT: fails if anything already listens
     probe.close()
     context = multiprocessing.get_context("spawn")
 
+    started: dict[int | None, float] = {}
+
     def start() -> multiprocessing.process.BaseProcess:
         process = context.Process(target=run_worker, args=(host, port, log_level, app), daemon=False)
         process.start()
+        started[process.pid] = time.monotonic()
         return process
 
     processes = [start() for _ in range(workers)]
-    stopping = False
+    stopping, failed = False, False
 
     def stop(*_: object) -> None:
         nonlocal stopping
@@ -77,15 +82,22 @@ def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> i
     while not stopping:
         time.sleep(0.2)
         for i, process in enumerate(processes):
-            if not process.is_alive() and not stopping:
-                print(f"charon: worker {process.pid} exited ({process.exitcode}); starting one", flush=True)
-                processes[i] = start()
+            if process.is_alive() or stopping:
+                continue
+            if (process.exitcode or 0) > 0 and time.monotonic() - started[process.pid] < STARTUP_S:
+                # it gave up at start (bad settings, a store it cannot open): so would the next one; a worker
+                # killed by a signal (exit code < 0) is restarted whenever it dies
+                print(f"charon: worker {process.pid} failed at start ({process.exitcode})", flush=True)
+                stopping = failed = True
+                break
+            print(f"charon: worker {process.pid} exited ({process.exitcode}); starting one", flush=True)
+            processes[i] = start()
     for process in processes:
         if process.is_alive():
             process.terminate()  # SIGTERM: uvicorn finishes its requests and runs the lifespan shutdown
     for process in processes:
         process.join(30)
-    return 0
+    return 1 if failed else 0
 
 
 def run_worker(host: str, port: int, log_level: str, app: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import httpx
@@ -59,3 +60,13 @@ def test_a_killed_worker_is_replaced_and_sigterm_stops_all(redis_url: str) -> No
         wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in running), "workers outlived SIGTERM")
     finally:
         service.stop()
+
+
+def test_workers_that_cannot_start_stop_the_service_with_exit_code_1() -> None:
+    """A worker failing at start (here: a storage URI no driver takes) is not restarted in a loop: the
+    service stops, exit code 1, as uvicorn does with one worker."""
+    service = CharonProcess("bogus://nowhere", env={"CHARON_WORKERS": "2"})
+    argv = [sys.executable, "-m", "app.cli", "serve", "--port", str(service.port), "--log-level", "warning"]
+    done = subprocess.run(argv, env=service.env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed at start" in done.stdout
