@@ -55,8 +55,8 @@ def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> i
     """Run `workers` uvicorn processes, each with its own listening socket on host:port (SO_REUSEPORT), so
     that the kernel spreads connections evenly over them. With uvicorn's one shared socket, whichever worker
     was idle accepted the next connection, and a benchmark's kept-alive connections ended up 4:1 on one
-    worker of two (bench/README.md). A worker that dies is started again, unless it exited with an error within
-    STARTUP_S of its start (then all stop, exit code 1, as uvicorn does); SIGTERM/SIGINT stop them all.
+    worker of two (bench/README.md). A worker that dies is started again, unless it exited with an error
+    within STARTUP_S of its start (then all stop, exit code 1, as uvicorn does); SIGTERM/SIGINT stop all.
     `app` is "module:attribute", a factory when the attribute's name starts with "create_"."""
     probe = socket.create_server((host, port))  # without SO_REUSEPORT: fails if anything already listens
     probe.close()
