@@ -104,6 +104,8 @@ class DirectScripts:
     new one (as redis-py's default retry would); a new connection that fails raises. Redis Cluster clients
     keep redis-py's path (their routing is the point)."""
 
+    MAX_IDLE = 64  # connections kept between calls (a worker's usual concurrency is far below)
+
     def __init__(self, client: aioredis.Redis, scripts: dict[str, AsyncScript]) -> None:
         self._pool = client.connection_pool
         self._scripts = scripts
@@ -123,7 +125,7 @@ class DirectScripts:
                 conn = self._new()
                 result = await self._evalsha(conn, script, keys, args)
         except ResponseError as exc:
-            self._idle.append(conn)  # the server answered: the connection is in a clean state
+            await self._keep(conn)  # the server answered: the connection is in a clean state
             mapped = domain_error(exc)
             if mapped is None:
                 raise
@@ -131,8 +133,15 @@ class DirectScripts:
         except BaseException:  # a broken connection, or a cancelled call with its reply still to come
             await conn.disconnect(nowait=True)
             raise
-        self._idle.append(conn)
+        await self._keep(conn)
         return result
+
+    async def _keep(self, conn: Any) -> None:
+        """Keep a connection for the next call, up to MAX_IDLE; past that (after a burst) close it."""
+        if len(self._idle) < self.MAX_IDLE:
+            self._idle.append(conn)
+        else:
+            await conn.disconnect()
 
     def _new(self) -> Any:
         return self._pool.make_connection()  # type: ignore[no-untyped-call]

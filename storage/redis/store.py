@@ -222,8 +222,13 @@ class RedisStore:
         keys, prefix, queue_name = self._script_keys(q)
         async with unavailable_as_domain_error():
             if q.project not in self._registered:  # for the sweeper's periodic full scan
-                await self._client.sadd(projects_key(self._namespace), q.project)
+                # marked first, so that a burst of first calls sends one SADD, not one each
                 self._registered.add(q.project)
+                try:
+                    await self._client.sadd(projects_key(self._namespace), q.project)
+                except BaseException:
+                    self._registered.discard(q.project)
+                    raise
             argv = [prefix, queue_name, self._clock.now_ms(), *args]
             if self._direct is not None:
                 return await self._direct(name, keys, argv)

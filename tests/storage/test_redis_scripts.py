@@ -66,3 +66,17 @@ async def test_full_scan_repairs_a_lost_touched_mark(
     await admin.aclose()
     await redis_store.sweep()
     assert len(await redis_store.get_messages(DLQ, [mid])) == 1
+
+
+async def test_a_burst_of_first_calls_succeeds_and_leaves_few_connections(
+    redis_store: RedisStore, redis_url: str
+) -> None:
+    """200 concurrent first calls on a new project all succeed (they once each took a connection of
+    redis-py's pool, 100 at most, to register the project), and afterwards the driver keeps at most
+    DirectScripts.MAX_IDLE (64) script connections open."""
+    await asyncio.gather(*(post(redis_store, Q, n) for n in range(200)))
+    assert (await redis_store.stats(Q)).total == 200
+    admin = aioredis.Redis.from_url(redis_url)
+    clients = await admin.client_list()
+    await admin.aclose()
+    assert len(clients) <= 64 + 10  # + redis-py's own pool, this admin client
