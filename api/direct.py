@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import error_response
+from api.errors import charon_error_response
 from core.errors import CharonError
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -52,7 +52,7 @@ class DirectRoutes:
                     try:
                         response = await endpoint(Request(scope, receive))
                     except CharonError as exc:
-                        response = error_response(exc.status, exc.title, exc.description)
+                        response = charon_error_response(exc)
                     await response(scope, receive, send)
                     return
         await self.app(scope, receive, send)

@@ -25,9 +25,14 @@ def describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "The request is not valid."
 
 
+def charon_error_response(exc: CharonError) -> JSONResponse:
+    """The answer to a domain error, wherever it is caught (this handler, api/direct.py)."""
+    return error_response(exc.status, exc.title, exc.description)
+
+
 async def _charon_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, CharonError)
-    return error_response(exc.status, exc.title, exc.description)
+    return charon_error_response(exc)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

@@ -181,8 +181,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-# (workload, label, how to read the number, target, whether higher is better)
 def ratios(results: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
+    """Each target of issue 8 that the results measure: (what, measured value, goal, whether met)."""
     rows: list[tuple[str, float, str, bool]] = []
 
     def get(workload: str, who: str, key: str) -> float | None:

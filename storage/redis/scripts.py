@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -83,14 +83,19 @@ def domain_error(exc: ResponseError) -> errors.CharonError | None:
     return cls(description) if cls else None
 
 
+def raise_as_domain_error(exc: ResponseError) -> NoReturn:
+    """Raise the domain error a script's error reply stands for, or the reply itself when it is none."""
+    mapped = domain_error(exc)
+    if mapped is None:
+        raise exc
+    raise mapped from None
+
+
 async def run(script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
     try:
         return await script(keys=keys, args=args)
     except ResponseError as exc:
-        mapped = domain_error(exc)
-        if mapped is None:
-            raise
-        raise mapped from None
+        raise_as_domain_error(exc)
 
 
 class DirectScripts:
@@ -126,10 +131,7 @@ class DirectScripts:
                 result = await self._evalsha(conn, script, keys, args)
         except ResponseError as exc:
             await self._keep(conn)  # the server answered: the connection is in a clean state
-            mapped = domain_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from None
+            raise_as_domain_error(exc)
         except BaseException:  # a broken connection, or a cancelled call with its reply still to come
             await conn.disconnect(nowait=True)
             raise
