@@ -1,4 +1,5 @@
-"""`charon serve` runs the service; `charon openapi` prints the published API as YAML."""
+"""`charon serve` runs the service; `charon openapi` prints the published API as YAML; `charon insights`
+analyses dead letters with PySpark and `charon export` writes a DLQ as JSON Lines (pipeline/)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
     sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
+    from pipeline import export, job
+
+    p = sub.add_parser(
+        "insights", help="why messages died: a PySpark job over dead letters (pipeline/job.py)"
+    )
+    job.add_arguments(p)
+    p.set_defaults(func=job.run_cli)
+    p = sub.add_parser("export", help="a DLQ's messages as JSON Lines, with their provenance")
+    export.add_arguments(p)
+    p.set_defaults(func=export.run)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -62,7 +62,7 @@ FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair w
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
-def _cluster_options(url: str) -> dict[str, Any]:
+def cluster_options(url: str) -> dict[str, Any]:
     """RedisCluster's arguments from `redis+cluster://[user:password@]host:port,host:port/`."""
     parts = urlsplit(url)
     credentials, _, hosts = parts.netloc.rpartition("@")
@@ -203,7 +203,7 @@ class RedisStore:
     @staticmethod
     def client_from_url(url: str) -> aioredis.Redis | aioredis.RedisCluster:
         if urlsplit(url).scheme in CLUSTER_SCHEMES:
-            return aioredis.RedisCluster(**_cluster_options(url), decode_responses=True)
+            return aioredis.RedisCluster(**cluster_options(url), decode_responses=True)
         return aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
 
     def _script_keys(self, q: QueueRef) -> tuple[list[bytes], bytes, bytes]:

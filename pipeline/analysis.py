@@ -1,0 +1,244 @@
+"""The aggregates of DLQ insights: DataFrame -> DataFrame functions, every one in Spark SQL functions.
+
+enrich() parses each body once (try_parse_json, to a VARIANT) and adds what the aggregates group by:
+  bucket      ok | no_provenance (no dead_letter record) | huge (body over the reader's limit) | not_json
+              (no body, or not JSON) | not_object (JSON, but not an object)
+  ttd_s       time to death: dead-lettered at minus first enqueued at, in seconds
+  shape       the body's shape: its key paths (nested objects down to MAX_SHAPE_DEPTH) with value kinds
+              (string, number, boolean, null, array, object), sorted and joined by ","; "{}" for {}
+  error       the failure text the body carries (first of ERROR_FIELDS, then the consumer's rejection
+              description or reason), normalised by MASKS so that it does not vary with ids and numbers
+  body_hash   the first 16 hex digits of the SHA-256 of the body's canonical JSON (keys sorted)
+The aggregates then group the enriched rows; purepython.py computes the same numbers the same way.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+MAX_SHAPE_DEPTH = 4  # deeper objects show as "object"
+ERROR_FIELDS = ("error", "exception", "reason")
+MAX_ERROR_CHARS = 200
+PREVIEW_CHARS = 160
+EXAMPLES = 3  # example message ids per group: the earliest dead-lettered ones
+
+# Normalising failure text, in this order. ASCII classes only, so that Java's regex (Spark) and Python's
+# `re` (purepython.py) match the same text.
+MASKS = (
+    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<id>"),
+    (r"0[xX][0-9a-fA-F]+", "<hex>"),
+    # a token of 8 or more hex digits with at least one letter and one digit
+    (r"(?<![0-9A-Za-z])(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{8,}(?![0-9A-Za-z])", "<hex>"),
+    (r"[0-9]+(?:[.][0-9]+)?", "<n>"),
+    (r"[ \t\r\n]+", " "),
+)
+
+# Time to death, bucketed: (upper bound in seconds, exclusive; label); the last bucket has no bound.
+TTD_BUCKETS = ((1, "<1s"), (10, "1-10s"), (60, "10s-1m"), (600, "1-10m"), (3600, "10m-1h"), (86400, "1h-1d"))
+TTD_LAST = ">1d"
+RATE_WIDTHS_S = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
+MAX_RATE_BUCKETS = 120
+
+GROUP = ("project", "source_queue", "reason")
+
+
+def rate_width_s(first_ms: int, last_ms: int) -> int:
+    """The narrowest bucket that shows the whole span in at most MAX_RATE_BUCKETS bars."""
+    span_s = (last_ms - first_ms) / 1000
+    return next((w for w in RATE_WIDTHS_S if span_s / w <= MAX_RATE_BUCKETS), RATE_WIDTHS_S[-1])
+
+
+def enrich(records: DataFrame) -> DataFrame:
+    v = F.try_parse_json("body")
+    top = F.schema_of_variant(v)
+    bucket = (
+        F.when(
+            F.col("source_queue").isNull()
+            | F.col("reason").isNull()
+            | F.col("dead_lettered_at_ms").isNull()
+            | F.col("first_enqueued_at_ms").isNull(),
+            "no_provenance",
+        )
+        .when(F.col("body").isNull() & (F.col("body_bytes") > 0), "huge")
+        .when(top.isNull(), "not_json")
+        .when(~top.startswith("OBJECT<"), "not_object")
+        .otherwise("ok")
+    )
+    ok = F.col("bucket") == "ok"
+    canonical = F.to_json(F.col("v"))
+    return (
+        records.withColumn("v", v)
+        .withColumn("bucket", bucket)
+        .select(
+            "project",
+            "queue",
+            "id",
+            "source_queue",
+            "reason",
+            "bucket",
+            F.col("dl_claim_count").alias("claim_count"),
+            F.col("dead_lettered_at_ms").alias("at_ms"),
+            ((F.col("dead_lettered_at_ms") - F.col("first_enqueued_at_ms")) / 1000.0).alias("ttd_s"),
+            F.coalesce("redrive_count", F.lit(0)).alias("redrive_count"),
+            F.when(ok, shape(F.col("v"))).alias("shape"),
+            F.when(ok, error_text(F.col("v"))).alias("error"),
+            F.when(ok, F.substring(F.sha2(canonical, 256), 1, 16)).alias("body_hash"),
+            F.when(ok, F.substring(canonical, 1, PREVIEW_CHARS)).alias("preview"),
+        )
+    )
+
+
+def _kind(schema: Column) -> Column:
+    """A value's kind from its schema_of_variant (what parse_json makes: VOID, BOOLEAN, BIGINT, DECIMAL(p,s),
+    DOUBLE, STRING, ARRAY<...>, OBJECT<...>)."""
+    return (
+        F.when(schema.startswith("OBJECT<"), "object")
+        .when(schema.startswith("ARRAY<"), "array")
+        .when(schema == "STRING", "string")
+        .when(schema == "BOOLEAN", "boolean")
+        .when(schema == "VOID", "null")
+        .otherwise("number")
+    )
+
+
+def _paths(v: Column, prefix: Column, depth: int) -> Column:
+    """array<string> of "key.path:kind" for the entries of object `v` (null when `v` is not an object)."""
+    entries = F.map_entries(F.try_variant_get(v, "$", "map<string,variant>"))
+
+    def entry(e: Column) -> Column:
+        key = F.concat(prefix, e["key"])
+        schema = F.schema_of_variant(e["value"])
+        leaf = F.array(F.concat(key, F.lit(":"), _kind(schema)))
+        if depth >= MAX_SHAPE_DEPTH:
+            return leaf
+        nested = _paths(e["value"], F.concat(key, F.lit(".")), depth + 1)
+        return F.when(schema.startswith("OBJECT<") & (schema != "OBJECT<>"), nested).otherwise(leaf)
+
+    return F.flatten(F.transform(entries, entry))
+
+
+def shape(v: Column) -> Column:
+    joined = F.array_join(F.array_sort(_paths(v, F.lit(""), 1)), ",")
+    return F.when(joined == "", "{}").otherwise(joined)
+
+
+def normalise(text: Column) -> Column:
+    for pattern, replacement in MASKS:
+        text = F.regexp_replace(text, pattern, replacement)
+    text = F.substring(F.trim(text), 1, MAX_ERROR_CHARS)
+    return F.when(text != "", text)
+
+
+def error_text(v: Column) -> Column:
+    found = [F.try_variant_get(v, f"$.{name}", "string") for name in ERROR_FIELDS]
+    return normalise(F.coalesce(*found, F.col("rejection_description"), F.col("rejection_reason")))
+
+
+def _ids(order: Column) -> Column:
+    return F.min_by("id", F.struct(order, "id"), EXAMPLES)
+
+
+def by_source(enriched: DataFrame) -> DataFrame:
+    """Per DLQ, source queue and reason: counts, when, claim counts and time to death."""
+    return (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .groupBy("project", F.col("queue").alias("dlq"), "source_queue", "reason")
+        .agg(
+            F.count("*").alias("messages"),
+            F.min("at_ms").alias("first_ms"),
+            F.max("at_ms").alias("last_ms"),
+            F.percentile("claim_count", 0.5).alias("claim_count_p50"),
+            F.max("claim_count").alias("claim_count_max"),
+            F.percentile("ttd_s", 0.5).alias("ttd_p50_s"),
+            F.percentile("ttd_s", 0.9).alias("ttd_p90_s"),
+            F.max("ttd_s").alias("ttd_max_s"),
+            F.count_if(F.col("redrive_count") > 0).alias("redriven"),
+            F.count_if(F.col("bucket") != "ok").alias("bad_bodies"),
+        )
+        .orderBy(F.desc("messages"), "project", "dlq", "source_queue", "reason")
+    )
+
+
+def rate(enriched: DataFrame, width_s: int) -> DataFrame:
+    """Dead letters per time bucket (`width_s` wide, aligned to the epoch) per source queue and reason."""
+    width_ms = width_s * 1000
+    return (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .groupBy(*GROUP, (F.floor(F.col("at_ms") / width_ms) * width_ms).alias("bucket_ms"))
+        .agg(F.count("*").alias("messages"))
+        .orderBy("bucket_ms", *GROUP)
+    )
+
+
+def claim_counts(enriched: DataFrame) -> DataFrame:
+    return (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .groupBy(*GROUP, "claim_count")
+        .agg(F.count("*").alias("messages"))
+        .orderBy(*GROUP, "claim_count")
+    )
+
+
+def ttd_bucket(ttd_s: Column) -> tuple[Column, Column]:
+    """(order, label) of the time-to-death bucket."""
+    order: Column = F.lit(len(TTD_BUCKETS))
+    label: Column = F.lit(TTD_LAST)
+    for i, (bound, name) in reversed(list(enumerate(TTD_BUCKETS))):
+        order = F.when(ttd_s < bound, i).otherwise(order)
+        label = F.when(ttd_s < bound, name).otherwise(label)
+    return order, label
+
+
+def time_to_death(enriched: DataFrame) -> DataFrame:
+    order, label = ttd_bucket(F.col("ttd_s"))
+    return (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .groupBy(*GROUP, order.alias("bucket_order"), label.alias("bucket"))
+        .agg(F.count("*").alias("messages"))
+        .orderBy(*GROUP, "bucket_order")
+    )
+
+
+def signatures(enriched: DataFrame) -> DataFrame:
+    """Failure signatures: messages grouped by body shape and normalised error text."""
+    return (
+        enriched.where(F.col("bucket") == "ok")
+        .groupBy("project", "shape", "error")
+        .agg(
+            F.count("*").alias("messages"),
+            F.min("at_ms").alias("first_ms"),
+            F.max("at_ms").alias("last_ms"),
+            F.array_sort(F.collect_set("source_queue")).alias("source_queues"),
+            F.array_sort(F.collect_set("reason")).alias("reasons"),
+            _ids(F.col("at_ms")).alias("example_ids"),
+        )
+        .orderBy(F.desc("messages"), "project", "shape", F.asc_nulls_first("error"))
+    )
+
+
+def repeat_offenders(enriched: DataFrame) -> DataFrame:
+    """Identical bodies (same canonical JSON) dead-lettered more than once."""
+    return (
+        enriched.where(F.col("bucket") == "ok")
+        .groupBy("project", "body_hash")
+        .agg(
+            F.count("*").alias("messages"),
+            F.min("at_ms").alias("first_ms"),
+            F.max("at_ms").alias("last_ms"),
+            F.array_sort(F.collect_set("source_queue")).alias("source_queues"),
+            _ids(F.col("at_ms")).alias("example_ids"),
+            F.min_by("preview", F.struct("at_ms", "id")).alias("preview"),
+        )
+        .where(F.col("messages") > 1)
+        .orderBy(F.desc("messages"), "project", "first_ms", "body_hash")
+    )
+
+
+def quality(enriched: DataFrame) -> DataFrame:
+    """Messages per DLQ and bucket, with example ids (by id) of each."""
+    return (
+        enriched.groupBy("project", "queue", "bucket")
+        .agg(F.count("*").alias("messages"), F.min_by("id", "id", EXAMPLES).alias("example_ids"))
+        .orderBy("project", "queue", "bucket")
+    )

@@ -1,0 +1,259 @@
+"""The aggregates of analysis.py, computed in one Python process without Spark.
+
+Two uses: the benchmark's baseline (what a single-process script over the same records costs), and the
+tests' oracle (every Spark aggregate is checked against these numbers). It is written independently of the
+Spark code, from analysis.py's definitions: json instead of VARIANT, `re` instead of Java's regex.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pipeline.analysis import (
+    ERROR_FIELDS,
+    EXAMPLES,
+    MASKS,
+    MAX_ERROR_CHARS,
+    MAX_SHAPE_DEPTH,
+    PREVIEW_CHARS,
+    TTD_BUCKETS,
+    TTD_LAST,
+    rate_width_s,
+)
+
+Row = dict[str, Any]
+_MASKS = tuple((re.compile(p), r) for p, r in MASKS)
+
+
+def canonical(value: Any) -> str:
+    """The body's JSON with keys sorted, as Spark's to_json of a VARIANT writes it (but for doubles that need
+    an exponent: Python writes 1e+300, Spark 1.0E300; only the shown hash and preview differ then)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    return "number"
+
+
+def shape(body: Mapping[str, Any]) -> str:
+    paths: list[str] = []
+
+    def walk(obj: Mapping[str, Any], prefix: str, depth: int) -> None:
+        for key, value in obj.items():
+            path = prefix + key
+            if isinstance(value, dict) and value and depth < MAX_SHAPE_DEPTH:
+                walk(value, path + ".", depth + 1)
+            else:
+                paths.append(f"{path}:{kind(value)}")
+
+    walk(body, "", 1)
+    return ",".join(sorted(paths)) or "{}"
+
+
+def normalise(text: str | None) -> str | None:
+    if text is None:
+        return None
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return text.strip(" ")[:MAX_ERROR_CHARS] or None
+
+
+def error_text(body: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
+    for name in ERROR_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            return normalise(value if isinstance(value, str) else canonical(value))
+    return normalise(record.get("rejection_description") or record.get("rejection_reason"))
+
+
+def bucket(record: Mapping[str, Any]) -> tuple[str, Any]:
+    """The record's bucket and, for "ok", its parsed body."""
+    if any(
+        record.get(f) is None
+        for f in ("source_queue", "reason", "dead_lettered_at_ms", "first_enqueued_at_ms")
+    ):
+        return "no_provenance", None
+    if record["body"] is None:
+        return ("huge" if record.get("body_bytes") else "not_json"), None
+    try:
+        body = json.loads(record["body"])
+    except ValueError:
+        return "not_json", None
+    if not isinstance(body, dict):
+        return "not_object", None
+    return "ok", body
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Spark's exact `percentile`: linear between the two nearest ranks (in Spark's order of operations, so
+    that the doubles are equal, not only close)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * p
+    lower, higher = math.floor(position), math.ceil(position)
+    if lower == higher:
+        return float(ordered[lower])
+    return ordered[lower] + (position - lower) * (ordered[higher] - ordered[lower])
+
+
+def ttd_bucket(ttd_s: float) -> tuple[int, str]:
+    for i, (bound, label) in enumerate(TTD_BUCKETS):
+        if ttd_s < bound:
+            return i, label
+    return len(TTD_BUCKETS), TTD_LAST
+
+
+def _earliest(items: list[tuple[Any, str]]) -> list[str]:
+    return [i for _, i in sorted(items)[:EXAMPLES]]
+
+
+def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
+    """Every table of analysis.py, as lists of dicts in the same order and with the same columns."""
+    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
+    sigs: dict[tuple[Any, ...], list[tuple[Mapping[str, Any], Any]]] = defaultdict(list)
+    bodies: dict[tuple[str, str], list[tuple[Mapping[str, Any], str]]] = defaultdict(list)
+    buckets: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for r in records:
+        name, body = bucket(r)
+        buckets[(r["project"], r["queue"], name)].append(r["id"])
+        if name == "no_provenance":
+            continue
+        row = {**r, "bucket": name, "ttd_s": (r["dead_lettered_at_ms"] - r["first_enqueued_at_ms"]) / 1000.0}
+        groups[(r["project"], r["queue"], r["source_queue"], r["reason"])].append(row)
+        if name == "ok":
+            sigs[(r["project"], shape(body), error_text(body, r))].append((row, body))
+            text = canonical(body)
+            bodies[(r["project"], text)].append((row, text))
+    return {
+        "by_source": _by_source(groups),
+        **_distributions(groups),
+        "signatures": _signatures(sigs),
+        "repeat_offenders": _offenders(bodies),
+        "quality": [
+            {
+                "project": p,
+                "queue": q,
+                "bucket": b,
+                "messages": len(ids),
+                "example_ids": sorted(ids)[:EXAMPLES],
+            }
+            for (p, q, b), ids in sorted(buckets.items())
+        ],
+    }
+
+
+def _by_source(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> list[Row]:
+    out = []
+    for (project, dlq, source, reason), rows in groups.items():
+        counts = [r["dl_claim_count"] for r in rows]
+        ttd = [r["ttd_s"] for r in rows]
+        out.append(
+            {
+                "project": project,
+                "dlq": dlq,
+                "source_queue": source,
+                "reason": reason,
+                "messages": len(rows),
+                "first_ms": min(r["dead_lettered_at_ms"] for r in rows),
+                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                "claim_count_p50": percentile(counts, 0.5),
+                "claim_count_max": max(counts),
+                "ttd_p50_s": percentile(ttd, 0.5),
+                "ttd_p90_s": percentile(ttd, 0.9),
+                "ttd_max_s": max(ttd),
+                "redriven": sum(1 for r in rows if (r["redrive_count"] or 0) > 0),
+                "bad_bodies": sum(1 for r in rows if r["bucket"] != "ok"),
+            }
+        )
+    return sorted(out, key=lambda r: (-r["messages"], r["project"], r["dlq"], r["source_queue"], r["reason"]))
+
+
+def _distributions(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> dict[str, list[Row]]:
+    rows = [r for members in groups.values() for r in members]
+    width_ms = (
+        rate_width_s(min(r["dead_lettered_at_ms"] for r in rows), max(r["dead_lettered_at_ms"] for r in rows))
+        * 1000
+    )
+    rate: dict[tuple[Any, ...], int] = defaultdict(int)
+    claims: dict[tuple[Any, ...], int] = defaultdict(int)
+    ttd: dict[tuple[Any, ...], int] = defaultdict(int)
+    for r in rows:
+        key = (r["project"], r["source_queue"], r["reason"])
+        rate[(*key, r["dead_lettered_at_ms"] // width_ms * width_ms)] += 1
+        claims[(*key, r["dl_claim_count"])] += 1
+        ttd[(*key, *ttd_bucket(r["ttd_s"]))] += 1
+    names = ("project", "source_queue", "reason")
+    return {
+        "rate": [
+            {**dict(zip(names, k[:3], strict=True)), "bucket_ms": k[3], "messages": n}
+            for k, n in sorted(rate.items(), key=lambda kv: (kv[0][3], *kv[0][:3]))
+        ],
+        "claim_counts": [
+            {**dict(zip(names, k[:3], strict=True)), "claim_count": k[3], "messages": n}
+            for k, n in sorted(claims.items())
+        ],
+        "time_to_death": [
+            {**dict(zip(names, k[:3], strict=True)), "bucket_order": k[3], "bucket": k[4], "messages": n}
+            for k, n in sorted(ttd.items())
+        ],
+    }
+
+
+def _signatures(sigs: Mapping[tuple[Any, ...], list[tuple[Mapping[str, Any], Any]]]) -> list[Row]:
+    out = []
+    for (project, body_shape, error), members in sigs.items():
+        rows = [r for r, _ in members]
+        out.append(
+            {
+                "project": project,
+                "shape": body_shape,
+                "error": error,
+                "messages": len(rows),
+                "first_ms": min(r["dead_lettered_at_ms"] for r in rows),
+                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                "source_queues": sorted({r["source_queue"] for r in rows}),
+                "reasons": sorted({r["reason"] for r in rows}),
+                "example_ids": _earliest([(r["dead_lettered_at_ms"], r["id"]) for r in rows]),
+            }
+        )
+    return sorted(
+        out,
+        key=lambda r: (-r["messages"], r["project"], r["shape"], r["error"] is not None, r["error"] or ""),
+    )
+
+
+def _offenders(bodies: Mapping[tuple[str, str], list[tuple[Mapping[str, Any], str]]]) -> list[Row]:
+    out = []
+    for (project, text), members in bodies.items():
+        if len(members) < 2:
+            continue
+        rows = [r for r, _ in members]
+        first = min(rows, key=lambda r: (r["dead_lettered_at_ms"], r["id"]))
+        out.append(
+            {
+                "project": project,
+                "body_hash": hashlib.sha256(text.encode()).hexdigest()[:16],
+                "messages": len(rows),
+                "first_ms": first["dead_lettered_at_ms"],
+                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                "source_queues": sorted({r["source_queue"] for r in rows}),
+                "example_ids": _earliest([(r["dead_lettered_at_ms"], r["id"]) for r in rows]),
+                "preview": text[:PREVIEW_CHARS],
+            }
+        )
+    return sorted(out, key=lambda r: (-r["messages"], r["project"], r["first_ms"], r["body_hash"]))

@@ -1,0 +1,297 @@
+"""The HTML report: one self-contained page (inline CSS and SVG charts, no scripts, no network)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+from pipeline.analysis import TTD_BUCKETS, TTD_LAST
+
+if TYPE_CHECKING:
+    from pipeline.job import Insights
+
+PALETTE = ("#3b6fb6", "#e0823d", "#4f9d69", "#c8534f", "#8a6bb8", "#9c7a4b", "#d17bb3", "#6f7f8f")
+GROUP_CARDS = 8
+SERIES = len(PALETTE) - 1  # rate chart: the biggest groups, the rest as "other"
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#1d2733;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde3ea;padding-bottom:4px}
+.muted{color:#66727f}.kpis{display:flex;gap:12px;flex-wrap:wrap;margin:14px 0}
+.kpi{background:#f3f6f9;border-radius:8px;padding:10px 14px;min-width:130px}.kpi b{display:block;font-size:20px}
+table{border-collapse:collapse;width:100%;font-size:13px}th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #edf0f3;vertical-align:top}
+th{background:#f7f9fb;font-weight:600}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+code{font:12px ui-monospace,Menlo,Consolas,monospace;background:#f3f6f9;padding:1px 4px;border-radius:3px;word-break:break-all}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:12px}
+.card{border:1px solid #e3e8ee;border-radius:8px;padding:10px}.card h3{font-size:13px;margin:0 0 6px}
+.legend span{display:inline-block;margin-right:12px;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+.bar{background:#3b6fb6;height:8px;border-radius:2px;display:inline-block}
+"""
+
+
+def ts(ms: int | None) -> str:
+    return "" if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def html(insights: Insights, *, top: int) -> str:
+    by_source = insights.rows("by_source")
+    sigs = insights.rows("signatures")
+    offenders = insights.rows("repeat_offenders")
+    quality = insights.rows("quality")
+    analysed = sum(r["messages"] for r in by_source)
+    first = min((r["first_ms"] for r in by_source), default=None)
+    last = max((r["last_ms"] for r in by_source), default=None)
+    ok = sum(q["messages"] for q in quality if q["bucket"] == "ok")
+    parts = [
+        "<!doctype html><html lang=en><meta charset=utf-8><title>Charon DLQ insights</title>",
+        f"<style>{CSS}</style><h1>Why messages died</h1>",
+        f"<div class=muted>Charon DLQ insights, generated {ts(int(datetime.now(tz=UTC).timestamp() * 1000))} UTC"
+        f" &middot; dead-lettered {ts(first)} to {ts(last)} UTC</div>",
+        "<div class=kpis>",
+        _kpi(f"{insights.total:,}", "messages read"),
+        _kpi(f"{analysed:,}", "with provenance"),
+        _kpi(f"{len(by_source):,}", "source queue / reason pairs"),
+        _kpi(f"{len(sigs):,}", "failure signatures"),
+        _kpi(f"{len(offenders):,}", "repeat offenders"),
+        _kpi(f"{insights.total - ok:,}", "not analysed by body"),
+        "</div>",
+        "<h2>Per source queue and reason</h2>",
+        _by_source_table(by_source, analysed),
+        f"<h2>Dead-lettering rate</h2><div class=muted>messages per {duration(insights.rate_width_s)}</div>",
+        _rate_chart(insights.rows("rate"), insights.rate_width_s),
+        "<h2>Claim counts and time to death</h2>",
+        _distribution_cards(by_source, insights.rows("claim_counts"), insights.rows("time_to_death")),
+        f"<h2>Failure signatures</h2><div class=muted>messages grouped by body shape and normalised error text "
+        f"(top {min(top, len(sigs))} of {len(sigs):,})</div>",
+        _signature_table(sigs[:top]),
+        f"<h2>Repeat offenders</h2><div class=muted>identical bodies dead-lettered more than once "
+        f"(top {min(top, len(offenders))} of {len(offenders):,})</div>",
+        _offender_table(offenders[:top]),
+        "<h2>Data quality</h2><div class=muted>messages whose body or provenance could not be analysed are "
+        "counted here, not dropped</div>",
+        _quality_table(quality),
+        "</html>",
+    ]
+    return "\n".join(parts)
+
+
+def _kpi(value: str, label: str) -> str:
+    return f"<div class=kpi><b>{value}</b><span class=muted>{escape(label)}</span></div>"
+
+
+def _table(head: list[str], rows: list[list[str]], numeric: set[int]) -> str:
+    if not rows:
+        return "<p class=muted>none</p>"
+    th = "".join(f"<th{' class=n' if i in numeric else ''}>{h}</th>" for i, h in enumerate(head))
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _name(r: dict[str, Any]) -> str:
+    return f"{escape(r['project'])}/<b>{escape(r['source_queue'])}</b>"
+
+
+def _by_source_table(rows: list[dict[str, Any]], analysed: int) -> str:
+    widest = max((r["messages"] for r in rows), default=1)
+    return _table(
+        [
+            "source queue",
+            "DLQ",
+            "reason",
+            "messages",
+            "",
+            "first",
+            "last",
+            "claims p50 / max",
+            "to death p50 / p90 / max",
+            "redriven",
+            "bad bodies",
+        ],
+        [
+            [
+                _name(r),
+                escape(r["dlq"]),
+                escape(r["reason"]),
+                f"{r['messages']:,}",
+                f"<span class=bar style='width:{max(1, 90 * r['messages'] // widest)}px'></span> "
+                f"{100 * r['messages'] / max(analysed, 1):.0f}%",
+                ts(r["first_ms"]),
+                ts(r["last_ms"]),
+                f"{r['claim_count_p50']:g} / {r['claim_count_max']}",
+                f"{duration(r['ttd_p50_s'])} / {duration(r['ttd_p90_s'])} / {duration(r['ttd_max_s'])}",
+                f"{r['redriven']:,}",
+                f"{r['bad_bodies']:,}",
+            ]
+            for r in rows
+        ],
+        {3, 7, 8, 9, 10},
+    )
+
+
+def _rate_chart(rows: list[dict[str, Any]], width_s: int) -> str:
+    if not rows:
+        return "<p class=muted>none</p>"
+    totals: dict[tuple[str, str, str], int] = defaultdict(int)
+    for r in rows:
+        totals[(r["project"], r["source_queue"], r["reason"])] += r["messages"]
+    biggest = sorted(totals, key=lambda k: (-totals[k], k))
+    series = {k: i for i, k in enumerate(biggest[:SERIES])}
+    width_ms = width_s * 1000
+    start, end = rows[0]["bucket_ms"], max(r["bucket_ms"] for r in rows)
+    n = (end - start) // width_ms + 1
+    stacks = [[0] * (SERIES + 1) for _ in range(n)]
+    for r in rows:
+        stacks[(r["bucket_ms"] - start) // width_ms][
+            series.get((r["project"], r["source_queue"], r["reason"]), SERIES)
+        ] += r["messages"]
+    peak = max(sum(s) for s in stacks)
+    w, h, left, bottom = 1100, 220, 48, 22
+    bar = (w - left) / n
+    out = [f"<svg viewBox='0 0 {w} {h + bottom}' width=100% role=img aria-label='dead letters over time'>"]
+    for frac in (0.5, 1.0):
+        y = h - frac * (h - 10)
+        out.append(
+            f"<line x1={left} x2={w} y1={y:.1f} y2={y:.1f} stroke='#e6eaee'/><text x={left - 6} y={y + 4:.1f} font-size=11 text-anchor=end fill='#66727f'>{round(frac * peak):,}</text>"
+        )
+    for i, stack in enumerate(stacks):
+        y = float(h)
+        for j, count in enumerate(stack):
+            if count:
+                height = count / peak * (h - 10)
+                y -= height
+                out.append(
+                    f"<rect x={left + i * bar:.1f} y={y:.1f} width={max(bar - 1, 0.5):.1f} height={height:.1f} fill='{PALETTE[j]}'><title>{ts(start + i * width_ms)} {count:,}</title></rect>"
+                )
+    for i in (0, n // 2, n - 1) if n > 2 else range(n):
+        out.append(
+            f"<text x={left + (i + 0.5) * bar:.1f} y={h + 15} font-size=11 text-anchor=middle fill='#66727f'>{ts(start + i * width_ms)[5:16]}</text>"
+        )
+    out.append("</svg><div class=legend>")
+    for k, j in series.items():
+        out.append(
+            f"<span><i style='background:{PALETTE[j]}'></i>{escape(k[0])}/{escape(k[1])} &middot; {escape(k[2])}</span>"
+        )
+    if len(biggest) > SERIES:
+        out.append(f"<span><i style='background:{PALETTE[SERIES]}'></i>other</span>")
+    out.append("</div>")
+    return "".join(out)
+
+
+def _bars(pairs: list[tuple[str, int]], color: str) -> str:
+    """A small horizontal bar chart of (label, count)."""
+    peak = max((c for _, c in pairs), default=1) or 1
+    row, label_w, w = 16, 58, 250
+    out = [f"<svg viewBox='0 0 {w} {row * len(pairs)}' width=100%>"]
+    for i, (label, count) in enumerate(pairs):
+        length = (w - label_w - 50) * count / peak
+        out.append(
+            f"<text x={label_w - 4} y={i * row + 12} font-size=11 text-anchor=end fill='#66727f'>{escape(label)}</text>"
+            f"<rect x={label_w} y={i * row + 3} width={max(length, 0.5):.1f} height={row - 5} fill='{color}' rx=2/>"
+            f"<text x={label_w + length + 4:.1f} y={i * row + 12} font-size=11>{count:,}</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _distribution_cards(
+    by_source: list[dict[str, Any]], claims: list[dict[str, Any]], ttd: list[dict[str, Any]]
+) -> str:
+    claim_bars: dict[tuple[str, str, str], list[tuple[str, int]]] = defaultdict(list)
+    for r in claims:
+        claim_bars[(r["project"], r["source_queue"], r["reason"])].append(
+            (str(r["claim_count"]), r["messages"])
+        )
+    ttd_counts: dict[tuple[str, str, str], dict[str, int]] = defaultdict(dict)
+    for r in ttd:
+        ttd_counts[(r["project"], r["source_queue"], r["reason"])][r["bucket"]] = r["messages"]
+    labels = [label for _, label in TTD_BUCKETS] + [TTD_LAST]
+    seen: set[tuple[str, str, str]] = set()
+    cards = []
+    for r in by_source:
+        key = (r["project"], r["source_queue"], r["reason"])
+        if key in seen:
+            continue
+        seen.add(key)
+        cards.append(
+            f"<div class=card><h3>{_name(r)} &middot; {escape(r['reason'])}</h3>"
+            f"<div class=muted>claim count at death</div>{_bars(claim_bars[key], PALETTE[0])}"
+            f"<div class=muted>time from first enqueue to death</div>"
+            f"{_bars([(lb, ttd_counts[key].get(lb, 0)) for lb in labels], PALETTE[1])}</div>"
+        )
+        if len(cards) == GROUP_CARDS:
+            break
+    return f"<div class=cards>{''.join(cards)}</div>"
+
+
+def _ids(ids: list[str]) -> str:
+    return " ".join(f"<code>{escape(i)}</code>" for i in ids)
+
+
+def _signature_table(rows: list[dict[str, Any]]) -> str:
+    return _table(
+        ["messages", "error text", "body shape", "source queues", "reasons", "first", "last", "examples"],
+        [
+            [
+                f"{r['messages']:,}",
+                f"<code>{escape(r['error'])}</code>" if r["error"] else "<span class=muted>none</span>",
+                f"<code>{escape(r['shape'])}</code>",
+                escape(", ".join(r["source_queues"])),
+                escape(", ".join(r["reasons"])),
+                ts(r["first_ms"]),
+                ts(r["last_ms"]),
+                _ids(r["example_ids"]),
+            ]
+            for r in rows
+        ],
+        {0},
+    )
+
+
+def _offender_table(rows: list[dict[str, Any]]) -> str:
+    return _table(
+        ["times", "body", "hash", "source queues", "first", "last", "examples"],
+        [
+            [
+                f"{r['messages']:,}",
+                f"<code>{escape(r['preview'])}</code>",
+                f"<code>{r['body_hash']}</code>",
+                escape(", ".join(r["source_queues"])),
+                ts(r["first_ms"]),
+                ts(r["last_ms"]),
+                _ids(r["example_ids"]),
+            ]
+            for r in rows
+        ],
+        {0},
+    )
+
+
+def _quality_table(rows: list[dict[str, Any]]) -> str:
+    return _table(
+        ["project / DLQ", "bucket", "messages", "examples"],
+        [
+            [
+                f"{escape(r['project'])}/{escape(r['queue'])}",
+                escape(r["bucket"]),
+                f"{r['messages']:,}",
+                _ids(r["example_ids"]),
+            ]
+            for r in rows
+        ],
+        {2},
+    )

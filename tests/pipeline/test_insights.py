@@ -1,0 +1,117 @@
+"""The Spark job over real dead letters (Redis and MongoDB): every aggregate equals the plain-Python one."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline import job, purepython
+from pipeline.export import add_arguments as export_arguments
+from pipeline.export import run as export_run
+from tests.pipeline.conftest import DeadLetters
+from tests.pipeline.scenario import TEST_MAX_BODY_BYTES
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def args(**kw: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    job.add_arguments(parser)
+    ns = parser.parse_args([])
+    ns.max_body_bytes = TEST_MAX_BODY_BYTES
+    ns.partitions = 6
+    for k, v in kw.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def from_store(spark: SparkSession, data: DeadLetters, **kw: Any) -> job.Insights:
+    return job.analyse(spark, job.load(spark, uri=data.uri, namespace=data.namespace, args=args(**kw)))
+
+
+def tables(insights: job.Insights) -> dict[str, list[dict[str, Any]]]:
+    return {name: insights.rows(name) for name in job.TABLES}
+
+
+def test_every_aggregate_equals_plain_python(spark: SparkSession, dead_letters: DeadLetters) -> None:
+    insights = from_store(spark, dead_letters)
+    expected = purepython.analyse(dead_letters.records)
+    got = tables(insights)
+    for name in job.TABLES:
+        assert got[name] == expected[name], name
+    assert insights.total == len(dead_letters.records)
+    # the scenario exercised what the report is for
+    reasons = {r["reason"] for r in got["by_source"]}
+    assert reasons == {"max_claims", "rejected", "expired"}
+    buckets = Counter({(q["project"], q["bucket"]): q["messages"] for q in got["quality"]})
+    assert buckets[("shop", "no_provenance")] == len(dead_letters.shops["shop"].direct) == 2
+    assert buckets[("shop", "not_object")] > 0
+    assert buckets[("shop", "huge")] > 0
+    poison = [o for o in got["repeat_offenders"] if '"order_id":"n/a"' in o["preview"]]
+    assert poison
+    assert poison[0]["messages"] > 1
+    errors = {s["error"] for s in got["signatures"]}
+    assert "inventory service timeout after <n>s (request <hex>)" in errors
+    assert '{"message":"\'iban\' missing for account <n>","type":"KeyError"}' in errors
+    assert {r["source_queue"] for r in got["claim_counts"]} >= {"orders", "payments", "emails", "sms"}
+
+
+def test_reads_each_message_once_in_parallel(spark: SparkSession, dead_letters: DeadLetters) -> None:
+    df = job.load(spark, uri=dead_letters.uri, namespace=dead_letters.namespace, args=args())
+    assert df.rdd.getNumPartitions() >= 4
+    ids = [r.id for r in df.select("id").collect()]
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(r["id"] for r in dead_letters.records)
+
+
+def test_project_and_queue_filters(spark: SparkSession, dead_letters: DeadLetters) -> None:
+    one = from_store(spark, dead_letters, project="tenant-b", queues=["payments.dlq", "notify.dlq"])
+    expected = purepython.analyse(dead_letters.of("tenant-b", {"payments.dlq", "notify.dlq"}))
+    assert tables(one) == expected
+    assert {q["project"] for q in expected["quality"]} == {"tenant-b"}
+    assert {q["queue"] for q in expected["quality"]} == {"payments.dlq", "notify.dlq"}
+
+
+def test_export_then_insights_from_the_file(
+    spark: SparkSession, dead_letters: DeadLetters, tmp_path: Path
+) -> None:
+    exported = tmp_path / "shop.jsonl"
+    parser = argparse.ArgumentParser()
+    export_arguments(parser)
+    dlqs = dead_letters.shops["shop"].dlqs
+    ns = parser.parse_args(
+        [
+            "--storage-uri",
+            dead_letters.uri,
+            "--namespace",
+            dead_letters.namespace,
+            "--project",
+            "shop",
+            "--out",
+            str(exported),
+        ]
+        + [a for q in dlqs for a in ("--queue", q)]
+    )
+    assert export_run(ns) == 0
+    lines = exported.read_text().splitlines()
+    assert len(lines) == len(dead_letters.of("shop"))
+    insights = job.analyse(spark, job.load(spark, uri=None, namespace="", args=args(input=[str(exported)])))
+    assert tables(insights) == purepython.analyse(dead_letters.of("shop"))
+
+
+def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLetters, tmp_path: Path) -> None:
+    insights = from_store(spark, dead_letters, project="shop")
+    job.write(insights, tmp_path, top=10)
+    for name in job.TABLES:
+        assert pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist() == insights.rows(name)
+    html = (tmp_path / "report.html").read_text()
+    top = insights.rows("signatures")[0]
+    assert top["shape"] in html
+    assert "<svg" in html
+    assert "Repeat offenders" in html
