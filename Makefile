@@ -19,6 +19,19 @@ system-deps:
 	  fi; \
 	fi
 
+# Java 17+ for Spark 4 (charon insights and its tests): openjdk-17-jre-headless via apt when root; otherwise a
+# clear note (the service itself runs without it; `charon insights` says the same when it starts).
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing openjdk-17-jre-headless (apt-get): Spark 4 needs Java 17 or newer"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else \
+	    echo "NOTE: Java 17 or newer is missing (found: $${v:-none}); charon insights and its tests need it:"; \
+	    echo "      sudo apt-get install openjdk-17-jre-headless (or any JDK/JRE 17+ on PATH or in JAVA_HOME)"; \
+	  fi; \
+	fi
+
 $(STAMP): pyproject.toml | system-deps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip

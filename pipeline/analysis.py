@@ -4,8 +4,9 @@ enrich() parses each body once (try_parse_json, to a VARIANT) and adds what the 
   bucket      ok | no_provenance (no dead_letter record) | huge (body over the reader's limit) | not_json
               (no body, or not JSON) | not_object (JSON, but not an object)
   ttd_s       time to death: dead-lettered at minus first enqueued at, in seconds
-  shape       the body's shape: its key paths (nested objects down to MAX_SHAPE_DEPTH) with value kinds
-              (string, number, boolean, null, array, object), sorted and joined by ","; "{}" for {}
+  shape       the body's shape: its schema as Spark's schema_of_variant writes it (keys sorted, nested
+              objects and arrays' merged element types included), with every number type as NUMBER, e.g.
+              OBJECT<error: STRING, items: ARRAY<OBJECT<qty: NUMBER, sku: STRING>>, order_id: NUMBER>
   error       the failure text the body carries (first of ERROR_FIELDS, then the consumer's rejection
               description or reason), normalised by MASKS so that it does not vary with ids and numbers
   body_hash   the first 16 hex digits of the SHA-256 of the body's canonical JSON (keys sorted)
@@ -17,7 +18,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-MAX_SHAPE_DEPTH = 4  # deeper objects show as "object"
+# A number type in schema_of_variant's output: after ": " (an object's field), "ARRAY<" or at the start.
+# (A key is after "OBJECT<" or ", ", so a key named BIGINT stays; only a quoted key with ": BIGINT" in it
+# would be changed.)
+NUMBER_TYPES = r"(^|: |ARRAY<)(?:BIGINT|INT|SMALLINT|TINYINT|DOUBLE|FLOAT|DECIMAL\([0-9]+,[0-9]+\))(?=[,>]|$)"
 ERROR_FIELDS = ("error", "exception", "reason")
 MAX_ERROR_CHARS = 200
 PREVIEW_CHARS = 160
@@ -41,6 +45,28 @@ RATE_WIDTHS_S = (60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
 MAX_RATE_BUCKETS = 120
 
 GROUP = ("project", "source_queue", "reason")
+BY_SOURCE = (
+    "project", "dlq", "source_queue", "reason", "messages", "first_ms", "last_ms", "claim_count_p50",
+    "claim_count_max", "ttd_p50_s", "ttd_p90_s", "ttd_max_s", "redriven", "bad_bodies",
+)  # fmt: skip
+
+# How each table is ordered, applied by the driver to the collected table (a Spark orderBy would cost a
+# sampling job and a shuffle per table); nulls first.
+ORDER: dict[str, list[tuple[str, str]]] = {
+    "by_source": [
+        ("messages", "descending"),
+        *((c, "ascending") for c in ("project", "dlq", "source_queue", "reason")),
+    ],
+    "rate": [(c, "ascending") for c in ("bucket_ms", *GROUP)],
+    "claim_counts": [(c, "ascending") for c in (*GROUP, "claim_count")],
+    "time_to_death": [(c, "ascending") for c in (*GROUP, "bucket_order")],
+    "signatures": [("messages", "descending"), *((c, "ascending") for c in ("project", "shape", "error"))],
+    "repeat_offenders": [
+        ("messages", "descending"),
+        *((c, "ascending") for c in ("project", "first_ms", "body_hash")),
+    ],
+    "quality": [(c, "ascending") for c in ("project", "queue", "bucket")],
+}
 
 
 def rate_width_s(first_ms: int, last_ms: int) -> int:
@@ -50,8 +76,10 @@ def rate_width_s(first_ms: int, last_ms: int) -> int:
 
 
 def enrich(records: DataFrame) -> DataFrame:
-    v = F.try_parse_json("body")
-    top = F.schema_of_variant(v)
+    # Each step is its own column, referenced by name: Spark keeps an expensive column that is used more
+    # than once in its own projection instead of inlining (and so recomputing) it, so every body is parsed
+    # once, its schema taken once and its canonical JSON written once.
+    schema = F.col("schema")
     bucket = (
         F.when(
             F.col("source_queue").isNull()
@@ -61,15 +89,16 @@ def enrich(records: DataFrame) -> DataFrame:
             "no_provenance",
         )
         .when(F.col("body").isNull() & (F.col("body_bytes") > 0), "huge")
-        .when(top.isNull(), "not_json")
-        .when(~top.startswith("OBJECT<"), "not_object")
+        .when(schema.isNull(), "not_json")
+        .when(~schema.startswith("OBJECT<"), "not_object")
         .otherwise("ok")
     )
     ok = F.col("bucket") == "ok"
-    canonical = F.to_json(F.col("v"))
     return (
-        records.withColumn("v", v)
+        records.withColumn("v", F.try_parse_json("body"))
+        .withColumn("schema", F.schema_of_variant("v"))
         .withColumn("bucket", bucket)
+        .withColumn("canonical", F.when(ok, F.to_json("v")))
         .select(
             "project",
             "queue",
@@ -81,46 +110,22 @@ def enrich(records: DataFrame) -> DataFrame:
             F.col("dead_lettered_at_ms").alias("at_ms"),
             ((F.col("dead_lettered_at_ms") - F.col("first_enqueued_at_ms")) / 1000.0).alias("ttd_s"),
             F.coalesce("redrive_count", F.lit(0)).alias("redrive_count"),
-            F.when(ok, shape(F.col("v"))).alias("shape"),
+            F.when(ok, numbers_as_number(schema)).alias("shape"),
             F.when(ok, error_text(F.col("v"))).alias("error"),
-            F.when(ok, F.substring(F.sha2(canonical, 256), 1, 16)).alias("body_hash"),
-            F.when(ok, F.substring(canonical, 1, PREVIEW_CHARS)).alias("preview"),
+            F.substring(F.sha2("canonical", 256), 1, 16).alias("body_hash"),
+            F.substring("canonical", 1, PREVIEW_CHARS).alias("preview"),
         )
     )
 
 
-def _kind(schema: Column) -> Column:
-    """A value's kind from its schema_of_variant (what parse_json makes: VOID, BOOLEAN, BIGINT, DECIMAL(p,s),
-    DOUBLE, STRING, ARRAY<...>, OBJECT<...>)."""
-    return (
-        F.when(schema.startswith("OBJECT<"), "object")
-        .when(schema.startswith("ARRAY<"), "array")
-        .when(schema == "STRING", "string")
-        .when(schema == "BOOLEAN", "boolean")
-        .when(schema == "VOID", "null")
-        .otherwise("number")
-    )
-
-
-def _paths(v: Column, prefix: Column, depth: int) -> Column:
-    """array<string> of "key.path:kind" for the entries of object `v` (null when `v` is not an object)."""
-    entries = F.map_entries(F.try_variant_get(v, "$", "map<string,variant>"))
-
-    def entry(e: Column) -> Column:
-        key = F.concat(prefix, e["key"])
-        schema = F.schema_of_variant(e["value"])
-        leaf = F.array(F.concat(key, F.lit(":"), _kind(schema)))
-        if depth >= MAX_SHAPE_DEPTH:
-            return leaf
-        nested = _paths(e["value"], F.concat(key, F.lit(".")), depth + 1)
-        return F.when(schema.startswith("OBJECT<") & (schema != "OBJECT<>"), nested).otherwise(leaf)
-
-    return F.flatten(F.transform(entries, entry))
+def numbers_as_number(schema: Column) -> Column:
+    return F.regexp_replace(schema, NUMBER_TYPES, "$1NUMBER")
 
 
 def shape(v: Column) -> Column:
-    joined = F.array_join(F.array_sort(_paths(v, F.lit(""), 1)), ",")
-    return F.when(joined == "", "{}").otherwise(joined)
+    """The body's schema_of_variant with every number type written NUMBER: parse_json types a number by its
+    digits (BIGINT, DECIMAL(p,s), DOUBLE), and a shape must not change with the values."""
+    return numbers_as_number(F.schema_of_variant(v))
 
 
 def normalise(text: Column) -> Column:
@@ -150,13 +155,17 @@ def by_source(enriched: DataFrame) -> DataFrame:
             F.max("at_ms").alias("last_ms"),
             F.percentile("claim_count", 0.5).alias("claim_count_p50"),
             F.max("claim_count").alias("claim_count_max"),
-            F.percentile("ttd_s", 0.5).alias("ttd_p50_s"),
-            F.percentile("ttd_s", 0.9).alias("ttd_p90_s"),
+            F.percentile("ttd_s", [0.5, 0.9]).alias("ttd_p"),  # one buffer for both
             F.max("ttd_s").alias("ttd_max_s"),
             F.count_if(F.col("redrive_count") > 0).alias("redriven"),
             F.count_if(F.col("bucket") != "ok").alias("bad_bodies"),
         )
-        .orderBy(F.desc("messages"), "project", "dlq", "source_queue", "reason")
+        .select(
+            *(c for c in BY_SOURCE if not c.startswith("ttd_p")),
+            F.col("ttd_p")[0].alias("ttd_p50_s"),
+            F.col("ttd_p")[1].alias("ttd_p90_s"),
+        )
+        .select(*BY_SOURCE)
     )
 
 
@@ -167,7 +176,6 @@ def rate(enriched: DataFrame, width_s: int) -> DataFrame:
         enriched.where(F.col("bucket") != "no_provenance")
         .groupBy(*GROUP, (F.floor(F.col("at_ms") / width_ms) * width_ms).alias("bucket_ms"))
         .agg(F.count("*").alias("messages"))
-        .orderBy("bucket_ms", *GROUP)
     )
 
 
@@ -176,7 +184,6 @@ def claim_counts(enriched: DataFrame) -> DataFrame:
         enriched.where(F.col("bucket") != "no_provenance")
         .groupBy(*GROUP, "claim_count")
         .agg(F.count("*").alias("messages"))
-        .orderBy(*GROUP, "claim_count")
     )
 
 
@@ -196,7 +203,6 @@ def time_to_death(enriched: DataFrame) -> DataFrame:
         enriched.where(F.col("bucket") != "no_provenance")
         .groupBy(*GROUP, order.alias("bucket_order"), label.alias("bucket"))
         .agg(F.count("*").alias("messages"))
-        .orderBy(*GROUP, "bucket_order")
     )
 
 
@@ -213,7 +219,6 @@ def signatures(enriched: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("reason")).alias("reasons"),
             _ids(F.col("at_ms")).alias("example_ids"),
         )
-        .orderBy(F.desc("messages"), "project", "shape", F.asc_nulls_first("error"))
     )
 
 
@@ -231,14 +236,11 @@ def repeat_offenders(enriched: DataFrame) -> DataFrame:
             F.min_by("preview", F.struct("at_ms", "id")).alias("preview"),
         )
         .where(F.col("messages") > 1)
-        .orderBy(F.desc("messages"), "project", "first_ms", "body_hash")
     )
 
 
 def quality(enriched: DataFrame) -> DataFrame:
     """Messages per DLQ and bucket, with example ids (by id) of each."""
-    return (
-        enriched.groupBy("project", "queue", "bucket")
-        .agg(F.count("*").alias("messages"), F.min_by("id", "id", EXAMPLES).alias("example_ids"))
-        .orderBy("project", "queue", "bucket")
+    return enriched.groupBy("project", "queue", "bucket").agg(
+        F.count("*").alias("messages"), F.min_by("id", "id", EXAMPLES).alias("example_ids")
     )

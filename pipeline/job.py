@@ -297,7 +297,8 @@ def analyse(
         tables = {}
         for name, frame in frames.items():
             step(name.replace("_", " "))
-            tables[name] = frame.toArrow()
+            order = [(column, how, "at_start") for column, how in analysis.ORDER[name]]
+            tables[name] = frame.toArrow().sort_by(order)
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
         if keep:
             step("writing the messages")

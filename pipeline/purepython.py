@@ -20,7 +20,6 @@ from pipeline.analysis import (
     EXAMPLES,
     MASKS,
     MAX_ERROR_CHARS,
-    MAX_SHAPE_DEPTH,
     PREVIEW_CHARS,
     TTD_BUCKETS,
     TTD_LAST,
@@ -37,33 +36,59 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
+Type = str | tuple[str, Any]  # "STRING" ..., ("OBJECT", {key: Type}) or ("ARRAY", Type)
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _type(value: Any) -> Type:
     if value is None:
-        return "null"
-    return "number"
+        return "VOID"
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, int | float):
+        return "NUMBER"
+    if isinstance(value, str):
+        return "STRING"
+    if isinstance(value, dict):
+        return ("OBJECT", {k: _type(v) for k, v in value.items()})
+    element: Type = "VOID"
+    for v in value:
+        element = _merge(element, _type(v))
+    return ("ARRAY", element)
 
 
-def shape(body: Mapping[str, Any]) -> str:
-    paths: list[str] = []
+def _merge(a: Type, b: Type) -> Type:
+    """schema_of_variant's merge of an array's element types (numbers are all NUMBER here already)."""
+    if a == b or b == "VOID":
+        return a
+    if a == "VOID":
+        return b
+    if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] == "OBJECT":
+        fields = dict(a[1])
+        for k, t in b[1].items():
+            fields[k] = _merge(fields[k], t) if k in fields else t
+        return ("OBJECT", fields)
+    if isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0] == "ARRAY":
+        return ("ARRAY", _merge(a[1], b[1]))
+    return "VARIANT"
 
-    def walk(obj: Mapping[str, Any], prefix: str, depth: int) -> None:
-        for key, value in obj.items():
-            path = prefix + key
-            if isinstance(value, dict) and value and depth < MAX_SHAPE_DEPTH:
-                walk(value, path + ".", depth + 1)
-            else:
-                paths.append(f"{path}:{kind(value)}")
 
-    walk(body, "", 1)
-    return ",".join(sorted(paths)) or "{}"
+def _show(t: Type) -> str:
+    if isinstance(t, str):
+        return t
+    if t[0] == "ARRAY":
+        return f"ARRAY<{_show(t[1])}>"
+    fields = ", ".join(f"{_key(k)}: {_show(v)}" for k, v in sorted(t[1].items()))
+    return f"OBJECT<{fields}>"
+
+
+def _key(k: str) -> str:
+    return k if _PLAIN_KEY.fullmatch(k) else "`" + k.replace("`", "``") + "`"
+
+
+def shape(body: Any) -> str:
+    """analysis.shape: the body's schema as schema_of_variant writes it, numbers as NUMBER."""
+    return _show(_type(body))
 
 
 def normalise(text: str | None) -> str | None:

@@ -177,9 +177,11 @@ def _rate_chart(rows: list[dict[str, Any]], width_s: int) -> str:
                 out.append(
                     f"<rect x={left + i * bar:.1f} y={y:.1f} width={max(bar - 1, 0.5):.1f} height={height:.1f} fill='{PALETTE[j]}'><title>{ts(start + i * width_ms)} {count:,}</title></rect>"
                 )
-    for i in (0, n // 2, n - 1) if n > 2 else range(n):
+    ticks = ((0, "start"), (n // 2, "middle"), (n - 1, "end")) if n > 2 else ((0, "start"),)
+    for i, anchor in ticks:
+        x = left + i * bar + {"start": 0, "middle": bar / 2, "end": bar}[anchor]
         out.append(
-            f"<text x={left + (i + 0.5) * bar:.1f} y={h + 15} font-size=11 text-anchor=middle fill='#66727f'>{ts(start + i * width_ms)[5:16]}</text>"
+            f"<text x={x:.1f} y={h + 15} font-size=11 text-anchor={anchor} fill='#66727f'>{ts(start + i * width_ms)[5:16]}</text>"
         )
     out.append("</svg><div class=legend>")
     for k, j in series.items():
@@ -201,7 +203,7 @@ def _bars(pairs: list[tuple[str, int]], color: str) -> str:
         length = (w - label_w - 50) * count / peak
         out.append(
             f"<text x={label_w - 4} y={i * row + 12} font-size=11 text-anchor=end fill='#66727f'>{escape(label)}</text>"
-            f"<rect x={label_w} y={i * row + 3} width={max(length, 0.5):.1f} height={row - 5} fill='{color}' rx=2/>"
+            f"<rect x={label_w} y={i * row + 3} width={max(length, 0.5):.1f} height={row - 5} fill='{color}' rx='2'/>"
             f"<text x={label_w + length + 4:.1f} y={i * row + 12} font-size=11>{count:,}</text>"
         )
     out.append("</svg>")

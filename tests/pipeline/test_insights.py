@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,6 @@ def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLette
         assert pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist() == insights.rows(name)
     html = (tmp_path / "report.html").read_text()
     top = insights.rows("signatures")[0]
-    assert top["shape"] in html
+    assert escape(top["shape"]) in html
     assert "<svg" in html
     assert "Repeat offenders" in html

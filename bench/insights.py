@@ -1,0 +1,209 @@
+"""DLQ insights on 1,000,000 dead letters: Spark local[1] and local[2], cold and warm, against one Python
+process computing the same aggregates (pipeline/purepython.py), all reading the same redis-server.
+
+The dead letters are written straight into a private redis-server in the driver's key layout (storage/redis/
+keys.py; making a million through the API would take longer than the benchmark itself): four DLQs of one
+project, bodies of the scenario's kinds (tests/pipeline/scenario.py) with ids and numbers varying, dead-lettered
+over 12 hours. Each Spark master runs in its own process: "cold" is its first job (JVM start, then the first
+read, with Python workers and JIT still starting), "warm" the same job again in the same session. The pure-
+Python pass reads with the same reader (sources.RedisSource) and aggregates in memory. Every run's tables are
+checked equal to the pure-Python ones.
+
+Run: .venv/bin/python -m bench.insights [--messages N]   (prints Markdown; --json for the raw numbers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import orjson
+import redis
+
+from pipeline import DEFAULT_MAX_BODY_BYTES, purepython
+from pipeline.sources import RedisSource, plan
+from storage.redis.keys import QueueKeys, project_prefix, projects_key
+from tests.servers import RedisServer
+
+PROJECT = "bench"
+DLQS = {"orders.dlq": ("orders",), "payments.dlq": ("payments",), "notify.dlq": ("emails", "sms")}
+SPAN_MS = 12 * 3_600_000
+BATCH = 5_000
+
+
+def body(rng: random.Random, source: str, n: int) -> tuple[Any, str]:
+    """A body like the scenario's for `source`, and the reason it died."""
+    hexid = f"{rng.getrandbits(48):012x}"
+    roll = rng.random()
+    if source == "orders":
+        if roll < 0.05:
+            return {"order_id": "n/a", "items": None}, "max_claims"  # a poison message, again and again
+        if roll < 0.07:
+            return rng.choice(["order please", [n, "rush"], n]), "max_claims"
+        return {
+            "order_id": n,
+            "customer": {
+                "id": str(uuid.UUID(int=rng.getrandbits(128))),
+                "tier": rng.choice(["gold", "basic"]),
+            },
+            "items": [{"sku": f"SKU-{rng.randint(1, 40)}", "qty": rng.randint(1, 3)}],
+            "error": f"inventory service timeout after {rng.choice([30, 60])}s (request {hexid})",
+        }, "max_claims"
+    if source == "payments":
+        b: dict[str, Any] = {
+            "payment_id": f"pay_{hexid}",
+            "amount": rng.randint(5, 500) + 0.99,
+            "currency": "EUR",
+        }
+        if roll < 0.5:
+            b["error"] = f"card declined: code {rng.choice([5, 51, 54])} at 0x{hexid[:6]}"
+            return b, "max_claims"
+        b["exception"] = {
+            "type": "KeyError",
+            "message": f"'iban' missing for account {rng.randint(1, 99999)}",
+        }
+        return b, rng.choice(["max_claims", "rejected"])
+    return {
+        "to": f"user{n}@example.com",
+        "template": "welcome",
+        "reason": f"mailbox full (552 5.2.2) for user{n}",
+    }, rng.choice(["max_claims", "expired"])
+
+
+def fill(url: str, messages: int, namespace: str, seed: int = 1) -> None:
+    rng = random.Random(seed)
+    client = redis.Redis.from_url(url)
+    prefix = project_prefix(namespace, PROJECT)
+    client.sadd(projects_key(namespace), PROJECT)
+    start = int(time.time() * 1000) - SPAN_MS
+    expires = start + 30 * 86_400_000
+    dlqs = list(DLQS)
+    for done in range(0, messages, BATCH):
+        pipe = client.pipeline(transaction=False)
+        for n in range(done, min(done + BATCH, messages)):
+            dlq = dlqs[n % len(dlqs)]
+            source = DLQS[dlq][n % len(DLQS[dlq])]
+            b, reason = body(rng, source, n)
+            at = start + n * SPAN_MS // messages
+            message_id = f"{rng.getrandbits(128):032x}"
+            fields = {
+                "q": dlq, "b": orjson.dumps(b), "t": 1_209_600, "cr": at, "e": expires, "k": n + 1, "cl": "bench",
+                "c": "", "ce": 0, "cc": 0, "av": at, "dsrc": source, "drsn": reason,
+                "dcc": 0 if reason == "expired" else rng.randint(1, 5), "dat": at,
+                "dfirst": at - rng.randint(0, 3_600_000), "drc": 0,
+            }  # fmt: skip
+            pipe.hset(f"{prefix}m:{message_id}", mapping=fields)
+            pipe.zadd(f"{QueueKeys(prefix, dlq).queue}:msgs", {message_id: n + 1})
+        pipe.execute()
+    for dlq in dlqs:
+        keys = QueueKeys(prefix, dlq)
+        client.hset(keys.queue, mapping={"created": start, "n_rcv": messages // len(dlqs)})
+        client.zadd(keys.queues, {dlq: 0})
+    client.close()
+
+
+def pure_python(url: str, namespace: str) -> tuple[dict[str, float], dict[str, list[dict[str, Any]]]]:
+    started = time.perf_counter()
+    source = RedisSource(url, namespace)
+    records = []
+    for s in plan(source.queues(PROJECT, None), slices=1):
+        for rb in source.read(s, max_body_bytes=DEFAULT_MAX_BODY_BYTES):
+            records += rb.to_pylist()
+    read = time.perf_counter() - started
+    tables = purepython.analyse(records)
+    return {"read_s": read, "total_s": time.perf_counter() - started}, tables
+
+
+def spark_run(url: str, namespace: str, master: str) -> dict[str, Any]:
+    """In this process: start a session on `master`, run the job twice; timings and the tables."""
+    from pipeline import job
+
+    started = time.perf_counter()
+    spark = job.session(master)
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.shuffle.partitions", str(2 * spark.sparkContext.defaultParallelism))
+    out: dict[str, Any] = {"session_s": time.perf_counter() - started}
+    parser = argparse.ArgumentParser()
+    job.add_arguments(parser)
+    args = parser.parse_args(["--project", PROJECT])
+    for run in ("cold", "warm"):
+        t = time.perf_counter()
+        insights = job.analyse(spark, job.load(spark, uri=url, namespace=namespace, args=args))
+        out[run] = {"total_s": time.perf_counter() - t, **insights.timings}
+    out["tables"] = {name: insights.rows(name) for name in job.TABLES}
+    out["total_s"] = time.perf_counter() - started
+    spark.stop()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--spark", nargs=3, metavar=("URL", "NAMESPACE", "MASTER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.spark:  # one Spark master, in a process of its own (see spark_run)
+        sys.stdout.write(json.dumps(spark_run(*args.spark), default=str))
+        return 0
+    server = RedisServer().start()
+    namespace = f"b{uuid.uuid4().hex[:8]}"
+    try:
+        t = time.perf_counter()
+        fill(server.url, args.messages, namespace)
+        results: dict[str, Any] = {"messages": args.messages, "fill_s": time.perf_counter() - t}
+        results["python"], expected = pure_python(server.url, namespace)
+        for master in ("local[1]", "local[2]"):
+            t = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.insights", "--spark", server.url, namespace, master],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            run = json.loads(done.stdout)
+            run["process_s"] = time.perf_counter() - t
+            run["same_tables"] = run.pop("tables") == json.loads(json.dumps(expected, default=str))
+            results[master] = run
+    finally:
+        server.stop()
+    print(json.dumps(results, indent=2) if args.json else markdown(results))
+    return 0
+
+
+def markdown(r: dict[str, Any]) -> str:
+    n = r["messages"]
+    py = r["python"]["total_s"]
+    one, two = r["local[1]"], r["local[2]"]
+    lines = [
+        f"{n:,} dead letters in Redis (filled in {r['fill_s']:.1f} s)",
+        "",
+        "| run | JVM + session s | job s | rows/s | read+parse s | aggregates s | tables = Python's |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| pure Python | | {py:.1f} | {n / py:,.0f} | {r['python']['read_s']:.1f} | "
+        f"{py - r['python']['read_s']:.1f} | |",
+    ]
+    for name, run in (("local[1]", one), ("local[2]", two)):
+        for phase in ("cold", "warm"):
+            p = run[phase]
+            session = f"{run['session_s']:.1f}" if phase == "cold" else ""
+            lines.append(
+                f"| {name} {phase} | {session} | {p['total_s']:.1f} | {n / p['total_s']:,.0f} | {p['read_s']:.1f} | "
+                f"{p['aggregate_s']:.1f} | {run['same_tables']} |"
+            )
+    lines += [
+        "",
+        f"- warm local[2] / pure Python: **{py / two['warm']['total_s']:.2f}x** (target >= 1)",
+        f"- local[2] / local[1], warm: **{one['warm']['total_s'] / two['warm']['total_s']:.2f}x** (target >= 1.6); "
+        f"cold, JVM start included: {(one['session_s'] + one['cold']['total_s']) / (two['session_s'] + two['cold']['total_s']):.2f}x",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
