@@ -84,7 +84,7 @@ def test_no_store_given(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
 
 def test_missing_java_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
-    with pytest.raises(job.InsightsError, match="needs Java 17 or newer .*openjdk-17-jre-headless"):
+    with pytest.raises(job.InsightsError, match=r"needs Java 17 or newer .*openjdk-17-jre-headless"):
         job.check_java()
 
 
