@@ -182,6 +182,12 @@ def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
     }
 
 
+def _span(rows: list[Mapping[str, Any]]) -> Row:
+    """How many, and the first and last time one was dead-lettered."""
+    times = [r["dead_lettered_at_ms"] for r in rows]
+    return {"messages": len(rows), "first_ms": min(times), "last_ms": max(times)}
+
+
 def _by_source(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> list[Row]:
     out = []
     for (project, dlq, source, reason), rows in groups.items():
@@ -193,9 +199,7 @@ def _by_source(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> lis
                 "dlq": dlq,
                 "source_queue": source,
                 "reason": reason,
-                "messages": len(rows),
-                "first_ms": min(r["dead_lettered_at_ms"] for r in rows),
-                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                **_span(rows),
                 "claim_count_p50": percentile(counts, 0.5),
                 "claim_count_max": max(counts),
                 "ttd_p50_s": percentile(ttd, 0.5),
@@ -248,9 +252,7 @@ def _signatures(sigs: Mapping[tuple[Any, ...], list[tuple[Mapping[str, Any], Any
                 "project": project,
                 "shape": body_shape,
                 "error": error,
-                "messages": len(rows),
-                "first_ms": min(r["dead_lettered_at_ms"] for r in rows),
-                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                **_span(rows),
                 "source_queues": sorted({r["source_queue"] for r in rows}),
                 "reasons": sorted({r["reason"] for r in rows}),
                 "example_ids": _earliest([(r["dead_lettered_at_ms"], r["id"]) for r in rows]),
@@ -268,14 +270,11 @@ def _offenders(bodies: Mapping[tuple[str, str], list[tuple[Mapping[str, Any], st
         if len(members) < 2:
             continue
         rows = [r for r, _ in members]
-        first = min(rows, key=lambda r: (r["dead_lettered_at_ms"], r["id"]))
         out.append(
             {
                 "project": project,
                 "body_hash": hashlib.sha256(text.encode()).hexdigest()[:16],
-                "messages": len(rows),
-                "first_ms": first["dead_lettered_at_ms"],
-                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                **_span(rows),
                 "source_queues": sorted({r["source_queue"] for r in rows}),
                 "example_ids": _earliest([(r["dead_lettered_at_ms"], r["id"]) for r in rows]),
                 "preview": text[:PREVIEW_CHARS],
