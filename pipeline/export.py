@@ -7,12 +7,11 @@ Reads the store directly, with the same readers as the Spark data source, in mar
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from pipeline.job import EXIT_EMPTY, EXIT_FAILED, InsightsError, probe
+from pipeline.job import EXIT_FAILED, InsightsError, probe, store_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,10 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pipeline.records import export_lines
     from pipeline.sources import open_source, plan
 
-    uri = args.storage_uri or os.environ.get("CHARON_STORAGE_URI")
-    namespace = args.namespace or os.environ.get("CHARON_NAMESPACE") or "charon"
+    uri, namespace = store_of(args)
     if not uri:
         print("charon export: say which store: --storage-uri URI (or CHARON_STORAGE_URI)", file=sys.stderr)
         return EXIT_FAILED
@@ -39,15 +38,13 @@ def run(args: argparse.Namespace) -> int:
         extents = probe(uri, namespace, args.project, args.queues)
     except InsightsError as e:
         print(f"charon export: {e}", file=sys.stderr)
-        return EXIT_EMPTY if e.exit_code == EXIT_EMPTY else EXIT_FAILED
+        return e.exit_code
     source = open_source(uri, namespace=namespace)
     written = 0
     out: BinaryIO = sys.stdout.buffer if args.out == "-" else Path(args.out).open("wb")  # noqa: SIM115
     try:
         for s in plan(extents, slices=len(extents)):
             for rb in source.read(s, max_body_bytes=None):
-                from pipeline.records import export_lines
-
                 for line in export_lines(rb):
                     out.write(line)
                 written += rb.num_rows

@@ -145,11 +145,17 @@ def run_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def store_of(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The store's URI (None if not given) and namespace: the options, else CHARON_STORAGE_URI and
+    CHARON_NAMESPACE, as the service reads them."""
+    uri = args.storage_uri or os.environ.get("CHARON_STORAGE_URI")
+    return uri, args.namespace or os.environ.get("CHARON_NAMESPACE") or "charon"
+
+
 def _store(args: argparse.Namespace) -> tuple[str | None, str]:
-    namespace = args.namespace or os.environ.get("CHARON_NAMESPACE") or "charon"
+    uri, namespace = store_of(args)
     if args.input:
         return None, namespace
-    uri = args.storage_uri or os.environ.get("CHARON_STORAGE_URI")
     if not uri:
         raise InsightsError(
             "say where the dead letters are: --storage-uri URI (or CHARON_STORAGE_URI), or --input FILE.jsonl"
@@ -407,7 +413,7 @@ class Progress:
         self._tty = self.stream.isatty()
 
     def __enter__(self) -> Progress:
-        if not self.say.quiet:
+        if self._tty and not self.say.quiet:  # elsewhere step() says each step on its own line
             self._thread.start()
         return self
 
@@ -424,7 +430,7 @@ class Progress:
     def _run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
         while not self._stop.wait(0.5):
-            if not self._tty or not self.current:
+            if not self.current:
                 continue
             done = total = 0
             for stage in tracker.getActiveStageIds():
@@ -434,9 +440,8 @@ class Progress:
             bar = f" [{'#' * (20 * done // total):<20}] {done}/{total} tasks" if total else ""
             self.stream.write(f"\r\033[Kcharon insights: {self.current}{bar}")
             self.stream.flush()
-        if self._tty:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
+        self.stream.write("\r\033[K")
+        self.stream.flush()
 
 
 if __name__ == "__main__":

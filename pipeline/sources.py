@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from pipeline.records import batch
 from storage.redis.keys import QueueKeys, project_prefix, projects_key
-from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES
+from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
 READ_CHUNK = 2_000  # messages fetched per round trip (and per Arrow batch)
 READ_SCRIPT = Path(__file__).with_name("read_dead_letters.lua")
@@ -67,9 +67,7 @@ def open_source(uri: str, *, namespace: str = "charon") -> Source:
         return RedisSource(uri, namespace)
     if scheme in MONGODB_SCHEMES:
         return MongoSource(uri, namespace)
-    raise SourceError(
-        f"Unsupported storage URI scheme {scheme!r}; use one of {', '.join(REDIS_SCHEMES + MONGODB_SCHEMES)}."
-    )
+    raise SourceError(unsupported_scheme(scheme))
 
 
 def plan(extents: Sequence[QueueExtent], *, slices: int, now_ms: int | None = None) -> list[Slice]:

@@ -33,10 +33,10 @@ def open_store(
         from storage.mongodb.store import MongoStore
 
         return MongoStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults)
-    raise InvalidInput(_unsupported(scheme))
+    raise InvalidInput(unsupported_scheme(scheme))
 
 
-def _unsupported(scheme: str) -> str:
+def unsupported_scheme(scheme: str) -> str:
     return (
         f"Unsupported storage URI scheme {scheme!r}; use one of {', '.join(REDIS_SCHEMES + MONGODB_SCHEMES)}."
     )
@@ -53,4 +53,4 @@ def open_catalogue(uri: str, *, namespace: str = "charon") -> Catalogue:
         from storage.pooling.mongo_catalogue import MongoCatalogue
 
         return MongoCatalogue.from_url(uri, namespace=namespace)
-    raise InvalidInput(_unsupported(scheme))
+    raise InvalidInput(unsupported_scheme(scheme))

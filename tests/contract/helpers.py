@@ -4,7 +4,7 @@ from typing import Any
 
 from core.limits import Limits
 from core.metadata import QueuePolicy, parse_policy
-from core.models import ClaimId, MessageId, NewMessage, QueueRef
+from core.models import ClaimId, Message, MessageId, NewMessage, QueueRef
 from storage.base import Store
 
 Q = QueueRef("project-a", "orders")
@@ -56,3 +56,16 @@ async def claim_ids(
     if result.claim is None:
         return ClaimId(""), []
     return result.claim.id, [m.id for m in result.claim.messages]
+
+
+async def all_messages(store: Store, q: QueueRef, *, limit: int, **options: Any) -> list[Message]:
+    """Every message `list_messages` shows, page by page (`limit` a page), with `options` (echo, client_id,
+    include_claimed, include_delayed) on every call."""
+    out: list[Message] = []
+    marker = None
+    while True:
+        page = await store.list_messages(q, marker=marker, limit=limit, **options)
+        out += page.items
+        if page.next_marker is None:
+            return out
+        marker = int(page.next_marker)

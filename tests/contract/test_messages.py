@@ -7,18 +7,12 @@ from core.errors import ClaimMismatch, PayloadTooLarge
 from core.metadata import QueuePolicy
 from core.models import ClaimId, NewMessage, QueueRef
 from storage.base import Store
-from tests.contract.helpers import CLIENT, OTHER_CLIENT, Q, post
+from tests.contract.helpers import CLIENT, OTHER_CLIENT, Q, all_messages, post
 
 
 async def list_all(store: Store, q: QueueRef = Q, **kw: object) -> list[object]:
     opts = {"echo": True, "client_id": CLIENT, "include_claimed": False, "include_delayed": False, **kw}
-    bodies, marker = [], None
-    while True:
-        page = await store.list_messages(q, marker=marker, limit=3, **opts)  # type: ignore[arg-type]
-        bodies += [m.body for m in page.items]
-        if page.next_marker is None:
-            return bodies
-        marker = int(page.next_marker)
+    return [m.body for m in await all_messages(store, q, limit=3, **opts)]
 
 
 async def test_post_then_get_keeps_body_and_ttl(store: Store) -> None:

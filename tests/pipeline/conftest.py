@@ -22,6 +22,7 @@ from pipeline import job
 from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.registry import open_store
+from tests.contract.helpers import all_messages
 from tests.pipeline import scenario
 
 PROJECTS = {"shop": (5, 8), "tenant-b": (2, 4)}  # project -> (rounds, messages per queue and round)
@@ -74,22 +75,15 @@ async def dead_letters(request: pytest.FixtureRequest) -> AsyncIterator[DeadLett
 
 
 async def listed(store: Store, q: QueueRef) -> list[Message]:
-    out: list[Message] = []
-    marker = None
-    while True:
-        page = await store.list_messages(
-            q,
-            marker=int(marker) if marker else None,
-            limit=100,
-            echo=True,
-            client_id=scenario.CLIENT_ID,
-            include_claimed=True,
-            include_delayed=True,
-        )
-        out += page.items
-        if page.next_marker is None:
-            return out
-        marker = page.next_marker
+    return await all_messages(
+        store,
+        q,
+        limit=100,
+        echo=True,
+        client_id=scenario.CLIENT_ID,
+        include_claimed=True,
+        include_delayed=True,
+    )
 
 
 def record(project: str, m: Message, max_body_bytes: int = scenario.TEST_MAX_BODY_BYTES) -> dict[str, Any]:
