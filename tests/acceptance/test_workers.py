@@ -23,6 +23,17 @@ def workers_of(pid: int) -> list[int]:
     return sorted(int(p) for p in out.split())
 
 
+def listeners(port: int) -> int:
+    """How many sockets listen on `port` (each worker has its own, SO_REUSEPORT): /proc/net/tcp, state 0A."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                count += state == "0A" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
+
+
 def wait_for(check: object, what: str, seconds: float = 20) -> None:
     deadline = time.monotonic() + seconds
     while not check():  # type: ignore[operator]
@@ -37,12 +48,15 @@ def test_a_killed_worker_is_replaced_and_sigterm_stops_all(redis_url: str) -> No
     assert service.proc is not None
     try:
         wait_for(lambda: len(workers_of(service.proc.pid)) == 2, "two workers did not start")
+        # ping answered once one worker listened: kill one only when both do, or none may be left listening
+        wait_for(lambda: listeners(service.port) == 2, "two workers are not both listening")
         first = workers_of(service.proc.pid)
         os.kill(first[0], signal.SIGKILL)
         wait_for(
             lambda: len(workers_of(service.proc.pid)) == 2 and first[0] not in workers_of(service.proc.pid),
             "the killed worker was not replaced",
         )
+        wait_for(lambda: listeners(service.port) == 2, "the replacement worker does not listen")
         posted = 0
         for _ in range(20):  # a new connection each time: the kernel picks a worker for each
             with httpx.Client(base_url=service.url, headers=HEADERS) as c:
