@@ -11,8 +11,10 @@ request here, and `document_common_parameters` puts them in the OpenAPI document
 from __future__ import annotations
 
 import copy
+import json
+import re
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import orjson
 from fastapi import Depends, Query, Request
@@ -21,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from app.redrive import RedriveRunner
 from core.clock import Clock
 from core.errors import InvalidBody, InvalidInput, PayloadTooLarge
-from core.limits import Limits, check_client_id, check_project, check_queue_name
+from core.limits import NAME_RULE, NAME_SCHEMA, Limits, check_client_id, check_project, check_queue_name
 from core.metadata import DeadLetterDefaults
 from core.models import QueueRef
 from storage.base import Store
@@ -66,19 +68,38 @@ async def show_provenance(request: Request, provenance: ProvenanceQuery = None) 
     return default if provenance is None else provenance
 
 
+def identity_headers(request: Request) -> tuple[str | None, str | None]:
+    """X-Project-ID and Client-ID as sent, each None when absent; 400 when either is sent twice: a proxy that
+    appends its own X-Project-ID instead of replacing the client's must not let the client's win."""
+    project = client = None
+    for name, value in request.scope["headers"]:  # ASGI: lowercase names, in the order received
+        if name == b"x-project-id":
+            if project is not None:
+                raise _sent_twice("X-Project-ID")
+            project = value.decode("latin-1")
+        elif name == b"client-id":
+            if client is not None:
+                raise _sent_twice("Client-ID")
+            client = value.decode("latin-1")
+    return project, client
+
+
+def _sent_twice(header: str) -> InvalidInput:
+    return InvalidInput(f"The {header} header is sent more than once; send it exactly once.")
+
+
 async def project_id(request: Request) -> str:
-    return check_project(request.headers.get("x-project-id"))
+    return check_project(identity_headers(request)[0])
 
 
 async def client_id(request: Request) -> str:
-    return check_client_id(request.headers.get("client-id"))
+    return check_client_id(identity_headers(request)[1])
 
 
 def _queue_and_client(request: Request) -> tuple[QueueRef, str]:
-    headers = request.headers
-    project = check_project(headers.get("x-project-id"))
-    client = check_client_id(headers.get("client-id"))
-    return QueueRef(project=project, name=check_queue_name(request.path_params["queue_name"])), client
+    project, client = identity_headers(request)
+    q = QueueRef(project=check_project(project), name=check_queue_name(request.path_params["queue_name"]))
+    return q, check_client_id(client)
 
 
 async def queue_ref(request: Request) -> QueueRef:
@@ -171,12 +192,12 @@ def _header(name: str) -> dict[str, Any]:
     }
 
 
-QUEUE_NAME_DOC = "Queue name: letters, digits, '_', '-', '.'; 1 to 64."
+QUEUE_NAME_DOC = f"Queue name: {NAME_RULE}."
 QUEUE_NAME_PARAMETER = {
     "name": "queue_name",
     "in": "path",
     "required": True,
-    "schema": {"type": "string", "description": QUEUE_NAME_DOC, "title": "Queue Name"},
+    "schema": {**NAME_SCHEMA, "description": QUEUE_NAME_DOC, "title": "Queue Name"},
     "description": QUEUE_NAME_DOC,
 }
 HEADER_PARAMETERS = [_header("X-Project-ID"), _header("Client-ID")]
@@ -208,8 +229,20 @@ DefaultsDep = Annotated[DeadLetterDefaults, Depends(get_defaults)]
 RedriveDep = Annotated[RedriveRunner, Depends(get_redrive)]
 
 
-async def read_json(request: Request, *, max_size: int, what: str) -> tuple[Any, int]:
-    """The parsed JSON body (None when empty) and its size in bytes; 413 past `max_size`."""
+class JsonBody(NamedTuple):
+    value: Any  # None when the body is empty
+    size: int  # bytes
+    containers: int  # '[' and '{' in the text: a bound on how deep it nests, so most bodies skip the walk
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")  # 2**63 has 19 digits: a shorter run is always in range
+INT_RANGE = (-(2**63), 2**64 - 1)  # what orjson reads as an int; beyond, it would read a float
+
+
+async def read_json(request: Request, *, max_size: int, what: str) -> JsonBody:
+    """The parsed JSON body (None when empty) and its size in bytes; 413 past `max_size`, 400 for text that
+    is not JSON (a lone surrogate, invalid UTF-8, NaN, a number beyond a double) or holds an integer that
+    could not come back exactly (outside INT_RANGE: orjson would read it as a float)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_size:
         raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {declared}.")
@@ -217,11 +250,60 @@ async def read_json(request: Request, *, max_size: int, what: str) -> tuple[Any,
     if len(raw) > max_size:
         raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {len(raw)}.")
     if not raw.strip():
-        return None, 0
+        return JsonBody(None, 0, 0)
     try:
-        return orjson.loads(raw), len(raw)
-    except orjson.JSONDecodeError:
-        raise InvalidBody("Request body could not be parsed: it is not valid JSON.") from None
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise _too_deep(request) from None
+        raise InvalidBody(f"Request body could not be parsed: it is not valid JSON ({exc}).") from None
+    if _LONG_DIGITS.search(raw):
+        try:
+            _check_integers(raw)
+        except RecursionError:  # deeper than the standard library reads: far past any depth limit
+            raise _too_deep(request) from None
+    return JsonBody(value, len(raw), raw.count(b"[") + raw.count(b"{"))
+
+
+def _check_integers(raw: bytes) -> None:
+    """400 when an integer literal of the (valid) JSON `raw` is outside INT_RANGE: read again with the
+    standard library, whose parse_int sees each literal (only for bodies with a run of 19 digits)."""
+
+    def parse_int(text: str) -> int:
+        number = int(text)
+        if not INT_RANGE[0] <= number <= INT_RANGE[1]:
+            raise InvalidBody(
+                f"The body holds the integer {text[:40]}, outside the 64-bit range -2**63 to 2**64 - 1 that "
+                "is kept exactly; send it as a string."
+            )
+        return number
+
+    json.loads(raw, parse_int=parse_int)
+
+
+def _too_deep(request: Request) -> InvalidBody:
+    limit = request.app.state.limits.max_json_depth
+    return InvalidBody(
+        f"The body nests objects and arrays hundreds of levels deep; message bodies and metadata may nest "
+        f"at most {limit} (CHARON_LIMITS__MAX_JSON_DEPTH)."
+    )
+
+
+async def read_object(request: Request, *, max_size: int, what: str) -> dict[str, Any]:
+    """A JSON object body; {} when the body is empty; 400 for any other JSON value (null, [], 0, false, ""
+    are not "no body")."""
+    body = await read_json(request, max_size=max_size, what=what)
+    if body.size == 0:
+        return {}
+    value = body.value
+    if not isinstance(value, dict):
+        raise InvalidBody(f"{what} must be a JSON object; got {_kind(value)}.")
+    return value
+
+
+def _kind(value: Any) -> str:
+    kinds = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    return "an array" if isinstance(value, list) else kinds.get(type(value), "another JSON value")
 
 
 def validate_body(model: type[M], data: Any) -> M:

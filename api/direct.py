@@ -18,10 +18,11 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import charon_error_response
+from api.params import QuerySpec, query_spec
 from core.errors import CharonError
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-DirectRoute = tuple[re.Pattern[str], frozenset[str], Endpoint]
+DirectRoute = tuple[re.Pattern[str], frozenset[str], Endpoint, QuerySpec]
 
 
 def direct_routes(app: FastAPI) -> list[DirectRoute]:
@@ -32,7 +33,8 @@ def direct_routes(app: FastAPI) -> list[DirectRoute]:
             continue
         parameters = list(inspect.signature(route.endpoint, eval_str=True).parameters.values())
         if len(parameters) == 1 and parameters[0].annotation is Request:
-            out.append((route.path_regex, frozenset(route.methods or ()), route.endpoint))
+            spec = getattr(route, "query_spec", None) or query_spec(route)
+            out.append((route.path_regex, frozenset(route.methods or ()), route.endpoint, spec))
     return out
 
 
@@ -46,11 +48,13 @@ class DirectRoutes:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             method, path = scope["method"], scope["path"]
-            for regex, methods, endpoint in self.routes:
+            for regex, methods, endpoint, spec in self.routes:
                 if method in methods and (match := regex.match(path)) is not None:
                     scope["path_params"] = match.groupdict()
                     try:
-                        response = await endpoint(Request(scope, receive))
+                        request = Request(scope, receive)
+                        spec.check(request)
+                        response = await endpoint(request)
                     except CharonError as exc:
                         response = charon_error_response(exc)
                     await response(scope, receive, send)

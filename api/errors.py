@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
 
 from core.errors import CharonError, UnsupportedMediaType
 
@@ -40,14 +41,51 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(400, "Invalid API request", describe_validation(exc))
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    titles = {404: "Not found", 405: "Method not allowed"}
+    if exc.status_code == 405:
+        allowed = allowed_methods(request)
+        response = error_response(
+            405,
+            "Method not allowed",
+            f"{request.method} is not allowed on {request.url.path[:200]}; it takes {', '.join(allowed)}.",
+        )
+        response.headers["Allow"] = ", ".join(allowed)
+        return response
+    titles = {404: "Not found"}
     description = "No such resource." if exc.status_code == 404 else str(exc.detail)
     return error_response(exc.status_code, titles.get(exc.status_code, "Error"), description)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on the request's path (HEAD wherever GET: api.head.HeadAsGet).
+    Starlette's own 405 names only the methods of the first route that matched the path."""
+    path = request.scope["path"]
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and route.path_regex.match(path):
+            methods |= route.methods
+    if "GET" in methods:
+        methods.add("HEAD")
+    order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
+    return sorted(methods, key=lambda m: order.index(m) if m in order else len(order))
+
+
+UNEXPECTED = (
+    "The service failed unexpectedly while answering this request, and has logged why. Whether a change the "
+    "request asked for was made is not known: read the resource before repeating it (a message post can be "
+    "repeated safely with the same Idempotency-Key)."
+)
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    """A bug's answer: JSON like every other error, never Starlette's text/plain (the traceback is logged by
+    the server, which sees the exception re-raised after this answer)."""
+    return error_response(500, "Internal server error", UNEXPECTED)
 
 
 def register_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CharonError, _charon_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from fastapi import Response
 
+from core.limits import MAX_TIME_MS, MIN_TIME_MS
 from core.models import Message, MessageStamp
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """ISO 8601 in UTC to the second, four-digit year. Times from clients are kept within years 1 to 9999
+    (core.limits.check_time_ms); a stored time outside is shown at that end rather than failing the read."""
+    t = EPOCH + timedelta(milliseconds=min(max(ms, MIN_TIME_MS), MAX_TIME_MS))
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
 def message_href(queue: str, message_id: str, claim_id: str | None = None) -> str:

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    WithJsonSchema,
+)
+
+from core.limits import NAME_RULE, NAME_SCHEMA, is_name
+
+
+def _name(value: str) -> str:
+    if not is_name(value):
+        raise ValueError(f"must be {NAME_RULE}")
+    return value
+
+
+# A queue, pool or flavor name, fully matched (core.limits.is_name), published as NAME_SCHEMA.
+Name = Annotated[str, AfterValidator(_name), WithJsonSchema(dict(NAME_SCHEMA))]
 
 
 def json_body(model: type[BaseModel], *, required: bool = False) -> dict[str, Any]:
@@ -48,17 +69,15 @@ class RejectIn(_In):
 
 
 class RedriveFilter(_In):
-    source_queue: str | None = Field(None, pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    source_queue: Name | None = None
     reason: Literal["max_claims", "expired", "rejected"] | None = None
     dead_lettered_after: AwareDatetime | None = Field(None, description="ISO 8601 with a zone, e.g. ...Z.")
     dead_lettered_before: AwareDatetime | None = None
 
 
 class RedriveIn(_In):
-    destination: str | None = Field(
-        None,
-        pattern=r"^[a-zA-Z0-9_.-]{1,64}$",
-        description="Where to move the messages; default: each one back to its `source_queue`.",
+    destination: Name | None = Field(
+        None, description="Where to move the messages; default: each one back to its `source_queue`."
     )
     filter: RedriveFilter | None = None
     limit: StrictInt | None = Field(None, ge=1, le=10**9, description="Most messages to move.")
@@ -76,15 +95,12 @@ class PatchOp(_In):
     value: Any = None
 
 
-NAME_PATTERN = r"^[a-zA-Z0-9_.-]{1,64}$"
-
-
 class PoolIn(_In):
     uri: str = Field(..., min_length=1, description="redis://, redis+cluster://host:port,..., or mongodb://.")
     weight: StrictInt = Field(
         ..., ge=0, le=2**32 - 1, description="Share of new projects' queues; 0 takes no new queue."
     )
-    flavor: str | None = Field(None, pattern=NAME_PATTERN, description="The flavor this pool belongs to.")
+    flavor: Name | None = Field(None, description="The flavor this pool belongs to.")
     options: dict[str, Any] | None = Field(
         None, description="Driver options; `namespace` overrides the service's key/collection prefix."
     )
@@ -93,12 +109,12 @@ class PoolIn(_In):
 class PoolPatch(_In):
     uri: str | None = Field(None, min_length=1)
     weight: StrictInt | None = Field(None, ge=0, le=2**32 - 1)
-    flavor: str | None = Field(None, pattern=NAME_PATTERN)
+    flavor: Name | None = None
     options: dict[str, Any] | None = None
 
 
 class FlavorIn(_In):
-    pool_list: list[str] | None = Field(None, description="Pools to put in this flavor (each must exist).")
+    pool_list: list[Name] | None = Field(None, description="Pools to put in this flavor (each must exist).")
     capabilities: dict[str, Any] | None = Field(None, description="Free-form: what the flavor offers.")
 
 

@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from api.deps import document_common_parameters
 from api.direct import DirectRoutes, direct_routes
 from api.errors import register_error_handlers
+from api.head import HeadAsGet
 from api.routes import admin, claims, health, messages, queues, redrive
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
@@ -101,6 +102,7 @@ def create_app(
     for module in (messages, claims, health, queues, redrive, admin):
         app.router.routes.extend(module.router.routes)
     app.add_middleware(DirectRoutes, routes=direct_routes(app))
+    app.add_middleware(HeadAsGet)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

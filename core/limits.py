@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from core.errors import InvalidInput, InvalidQueueName
 
-QUEUE_NAME_RE = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+# Names of queues (DLQs, redrive destinations), pools and flavors: 1 to 64 of these characters, matched in
+# full (re.match with "$" would take a trailing newline), except "." and "..", which a URL path cannot hold
+# (clients resolve them as dot segments). NAME_SCHEMA publishes exactly this.
+NAME_PATTERN = r"^[a-zA-Z0-9_.-]{1,64}$"
+NAME_SCHEMA: dict[str, object] = {"type": "string", "pattern": NAME_PATTERN, "not": {"enum": [".", ".."]}}
+_NAME_RE = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
+NAME_RULE = "1 to 64 ASCII letters, digits, '_', '-' or '.', and not '.' or '..'"
 PROJECT_ID_MAX_LEN = 256
-ID_RE = re.compile(r"^[0-9a-f]{32}$")
+_ID_RE = re.compile(r"[0-9a-f]{32}")
+MAX_JSON_DEPTH = 200  # the most max_json_depth may be set to: well inside the 254 levels orjson writes
+MIN_TIME_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 class Limits(BaseModel):
@@ -36,6 +46,13 @@ class Limits(BaseModel):
     default_messages_per_claim: int = Field(10, description="Claim size when `limit` is not given.")
     max_messages_post_size: int = Field(262_144, description="Largest message POST body, bytes.")
     max_queue_metadata: int = Field(65_536, description="Largest queue metadata body, bytes.")
+    max_json_depth: int = Field(
+        64,
+        ge=1,
+        le=MAX_JSON_DEPTH,
+        description="How deep a message body, queue metadata, a pool's options or a flavor's capabilities"
+        ' may nest objects and arrays (a number or string is 0 deep, `{"a": [1]}` is 2).',
+    )
 
 
 def check_range(value: int, lo: int, hi: int, what: str) -> int:
@@ -44,11 +61,28 @@ def check_range(value: int, lo: int, hi: int, what: str) -> int:
     return value
 
 
+def is_name(name: object) -> bool:
+    """Whether `name` is a valid queue, pool or flavor name (NAME_RULE)."""
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None and name not in (".", "..")
+
+
+def check_name(name: object, what: str) -> str:
+    """`name` when it is a valid name, else InvalidInput naming `what` (e.g. "_dead_letter_queue")."""
+    if not is_name(name):
+        raise InvalidInput(f"{what} must be {NAME_RULE}; got {_shown(name)}.")
+    assert isinstance(name, str)
+    return name
+
+
+def _shown(value: object) -> str:
+    return repr(value[:80]) if isinstance(value, str) else repr(value)[:80]
+
+
 def check_queue_name(name: str) -> str:
-    if not QUEUE_NAME_RE.match(name):
+    if not is_name(name):
         raise InvalidQueueName(
             "Queue names may only contain ASCII letters, digits, underscores, dashes and dots, "
-            f"and be 1 to 64 characters long; got {name[:80]!r}."
+            f"be 1 to 64 characters long and not be '.' or '..'; got {name[:80]!r}."
         )
     return name
 
@@ -60,6 +94,9 @@ def check_project(project: str | None) -> str:
         raise InvalidInput("The X-Project-ID header must not be empty.")
     if len(project) > PROJECT_ID_MAX_LEN:
         raise InvalidInput(f"X-Project-ID must be at most {PROJECT_ID_MAX_LEN} characters long.")
+    if "," in project:
+        # a proxy that appends a second X-Project-ID may fold both into one header, "theirs, ours"
+        raise InvalidInput("X-Project-ID must not contain a comma: send exactly one project id.")
     return project
 
 
@@ -75,7 +112,51 @@ def check_client_id(client_id: str | None) -> str:
 
 def is_valid_id(value: str) -> bool:
     """Message and claim ids are 32 lowercase hex digits; anything else cannot exist (404)."""
-    return bool(ID_RE.match(value))
+    return _ID_RE.fullmatch(value) is not None
+
+
+MAX_MARKER = 2**53  # markers are per-queue counters; every driver (and Lua's doubles) holds these exactly
+_MARKER_RE = re.compile(r"[0-9]{1,16}")
+
+
+def check_marker(marker: str) -> int:
+    """A message listing's `marker`: the ASCII digits of a previous page's next link."""
+    if _MARKER_RE.fullmatch(marker) is None or int(marker) > MAX_MARKER:
+        raise InvalidInput(
+            f"marker must be the marker of a previous page's next link (digits, at most {MAX_MARKER}); "
+            f"got {marker[:40]!r}."
+        )
+    return int(marker)
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` nests objects and arrays more than `limit` deep (scalars are 0 deep). Iterative, and
+    it stops at the first container past the limit, so hostile input costs at most one walk."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def check_json_depth(value: Any, limits: Limits, what: str) -> None:
+    if json_depth_exceeds(value, limits.max_json_depth):
+        raise InvalidInput(
+            f"{what} nests objects and arrays more than {limits.max_json_depth} levels deep; it may nest "
+            f"at most {limits.max_json_depth} (CHARON_LIMITS__MAX_JSON_DEPTH)."
+        )
+
+
+def check_time_ms(ms: int, what: str) -> int:
+    """A time from a client, as ms since the epoch, within what every driver and the API can write back."""
+    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
+        raise InvalidInput(f"{what} must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z (in UTC).")
+    return ms
 
 
 def check_message_ttl(ttl: int, limits: Limits, what: str = "ttl") -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -9,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.errors import InvalidInput
-from core.limits import QUEUE_NAME_RE, Limits
+from core.limits import Limits, check_name, is_name
 
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"
 DEFAULT_MESSAGE_DELAY = "_default_message_delay"
@@ -25,6 +26,25 @@ REDELIVERY_JITTER = "_redelivery_jitter"
 REDELIVERY_LEVELS = "_redelivery_delay_levels"
 DEAD_LETTER_ON_EXPIRY = "_dead_letter_on_expiry"
 MAX_MESSAGE_TTL = "_max_message_ttl"
+ENCRYPT_MESSAGES = "_enable_encrypt_messages"  # Zaqar's; Charon has no encryption at rest (yet): only false
+
+RESERVED = (
+    DEFAULT_MESSAGE_TTL,
+    DEFAULT_MESSAGE_DELAY,
+    MAX_POST_SIZE,
+    MAX_CLAIM_COUNT,
+    DEAD_LETTER_QUEUE,
+    DEAD_LETTER_TTL,
+    FLAVOR,
+    REDELIVERY_DELAY,
+    REDELIVERY_MULTIPLIER,
+    MAX_REDELIVERY_DELAY,
+    REDELIVERY_JITTER,
+    REDELIVERY_LEVELS,
+    DEAD_LETTER_ON_EXPIRY,
+    MAX_MESSAGE_TTL,
+    ENCRYPT_MESSAGES,
+)
 
 MAX_MULTIPLIER = 100.0
 MAX_LEVELS = 32
@@ -102,18 +122,15 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
     Raises:
         InvalidInput: a reserved key has the wrong type or range, or names an impossible DLQ.
     """
+    _check_reserved_keys(meta)
     dlq = meta.get(DEAD_LETTER_QUEUE)
     if dlq is not None:
-        if not isinstance(dlq, str) or not QUEUE_NAME_RE.match(dlq):
-            raise InvalidInput(
-                f"{DEAD_LETTER_QUEUE} must be a queue name (letters, digits, '_', '-', '.', "
-                f"1 to 64 characters); got {dlq!r}."
-            )
+        dlq = check_name(dlq, DEAD_LETTER_QUEUE)
         if dlq == queue:
             raise InvalidInput(f"{DEAD_LETTER_QUEUE} must name another queue, not {queue!r} itself.")
     flavor = meta.get(FLAVOR)
-    if flavor is not None and (not isinstance(flavor, str) or not QUEUE_NAME_RE.match(flavor)):
-        raise InvalidInput(f"{FLAVOR} must be a flavor name (as GET /v2/flavors lists them); got {flavor!r}.")
+    if flavor is not None:
+        check_name(flavor, FLAVOR)
     default_ttl = _int_in(meta, DEFAULT_MESSAGE_TTL, limits.min_message_ttl, limits.max_message_ttl)
     max_ttl = _int_in(meta, MAX_MESSAGE_TTL, limits.min_message_ttl, limits.max_message_ttl)
     if max_ttl is not None and default_ttl is not None and default_ttl > max_ttl:
@@ -135,6 +152,24 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
         expired_ttl=(dead_letter_ttl or limits.default_message_ttl) if on_expiry else None,
         max_message_ttl=max_ttl,
     )
+
+
+def _check_reserved_keys(meta: Mapping[str, Any]) -> None:
+    """Keys starting with "_" are the service's: an unknown one is a typo that would be silently ignored."""
+    for key in meta:
+        if key.startswith("_") and key not in RESERVED:
+            close = difflib.get_close_matches(key, RESERVED, n=1)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            raise InvalidInput(
+                f"Metadata keys starting with '_' are reserved, and {key[:80]!r} is not one of them "
+                f"({', '.join(RESERVED)}).{hint}"
+            )
+    encrypt = meta.get(ENCRYPT_MESSAGES, False)
+    if encrypt is not False:
+        raise InvalidInput(
+            f"{ENCRYPT_MESSAGES} is not supported: Charon does not encrypt messages at rest, so only false "
+            f"is accepted (got {encrypt!r}). Encrypt bodies in the client if they must not be stored clear."
+        )
 
 
 def _seconds_in(meta: Mapping[str, Any], key: str, hi: float) -> float | None:
@@ -302,7 +337,7 @@ def check_template(template: str | None) -> str | None:
     if template is None:
         return None
     prefix, found, suffix = template.partition("{queue}")
-    if not found or "{queue}" in suffix or not QUEUE_NAME_RE.match(f"{prefix}x{suffix}"):
+    if not found or "{queue}" in suffix or not is_name(f"{prefix}x{suffix}"):
         raise ValueError(
             'the DLQ name template must hold "{queue}" once, with letters, digits, "_", "-" or "." around '
             f"it; got {template!r}"

@@ -9,7 +9,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
-from api.deps import LimitsDep, read_json, validate_body
+from api.deps import LimitsDep, read_object, validate_body
+from api.params import CheckedRoute
 from api.render import json_response
 from api.schemas import (
     ErrorOut,
@@ -23,7 +24,7 @@ from api.schemas import (
     json_body,
 )
 from core.errors import Conflict, InvalidInput, NotAuthorized, NotFound, StorageUnavailable
-from core.limits import QUEUE_NAME_RE, check_page_limit
+from core.limits import check_json_depth, check_name, check_page_limit
 from storage.base import Store
 from storage.pooling.catalogue import Flavor, Pool
 from storage.pooling.store import PooledStore, pool_namespace
@@ -38,7 +39,12 @@ ADMIN_BODY_LIMIT = 65_536
 def is_admin(request: Request) -> bool:
     """Admin mode is on and the caller's roles (settings.roles_header) include the admin role."""
     settings = request.app.state.settings
-    roles = {r.strip().lower() for r in request.headers.get(settings.roles_header, "").split(",")}
+    sent = request.headers.getlist(settings.roles_header)
+    if len(sent) > 1:  # a proxy that appends its roles header instead of replacing the client's
+        raise InvalidInput(
+            f"The {settings.roles_header} header is sent more than once; send it exactly once."
+        )
+    roles = {r.strip().lower() for r in (sent[0] if sent else "").split(",")}
     return bool(settings.admin_mode) and settings.admin_role.lower() in roles
 
 
@@ -66,6 +72,7 @@ async def pooled_store(request: Request) -> PooledStore:
 PoolsDep = Annotated[PooledStore, Depends(pooled_store)]
 
 router = APIRouter(
+    route_class=CheckedRoute,
     tags=["admin"],
     dependencies=[Depends(require_admin)],
     responses={
@@ -91,10 +98,12 @@ def _links(path: str, page: list[Any], limit: int, **extra: str) -> list[dict[st
 
 async def _patch_body(request: Request, model: type[M], what: str) -> M:
     """The validated PATCH body; 400 when it changes nothing."""
-    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what=f"The {what} patch")
+    raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what=f"The {what} patch")
     body = validate_body(model, raw)
     if not body.model_fields_set:
         raise InvalidInput(f"A {what} patch changes at least one of {', '.join(model.model_fields)}.")
+    for free_form in ("options", "capabilities"):
+        check_json_depth(getattr(body, free_form, None), request.app.state.limits, free_form)
     return body
 
 
@@ -161,7 +170,11 @@ async def list_pools(
     openapi_extra=json_body(PoolIn, required=True),
 )
 async def create_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
-    body = validate_body(PoolIn, (await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The pool"))[0])
+    raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what="The pool")
+    if not raw:
+        raise InvalidInput("A pool is registered with a body: uri and weight (flavor and options optional).")
+    body = validate_body(PoolIn, raw)
+    check_json_depth(body.options, request.app.state.limits, "options")
     pool = Pool(_name(pool_name, "pool"), body.uri, body.weight, body.flavor, body.options or {})
     if await store.catalogue.get_pool(pool.name) is not None:
         raise Conflict(f"Pool {pool.name!r} exists; change it with PATCH /v2/pools/{pool.name}.")
@@ -251,8 +264,9 @@ async def list_flavors(
     openapi_extra=json_body(FlavorIn, required=True),
 )
 async def create_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
-    raw, _ = await read_json(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
-    body = validate_body(FlavorIn, raw if raw is not None else {})
+    raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
+    body = validate_body(FlavorIn, raw)
+    check_json_depth(body.capabilities, request.app.state.limits, "capabilities")
     name = _name(flavor_name, "flavor")
     if await store.catalogue.get_flavor(name) is not None:
         raise Conflict(f"Flavor {name!r} exists; change it with PATCH /v2/flavors/{name}.")
@@ -305,6 +319,4 @@ async def delete_flavor(flavor_name: str, store: PoolsDep) -> Response:
 
 
 def _name(name: str, what: str) -> str:
-    if not QUEUE_NAME_RE.match(name):
-        raise InvalidInput(f"A {what} name is 1 to 64 letters, digits, '_', '-' or '.'; got {name!r}.")
-    return name
+    return check_name(name, f"A {what} name")

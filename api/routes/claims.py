@@ -17,9 +17,10 @@ from api.deps import (
     query_bool,
     query_int,
     query_parameter,
-    read_json,
+    read_object,
     validate_body,
 )
+from api.params import CheckedRoute
 from api.render import json_response, messages
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
 from core.errors import ClaimNotFound
@@ -34,14 +35,16 @@ from core.limits import (
 )
 from core.models import ClaimId
 
-router = APIRouter(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+router = APIRouter(
+    route_class=CheckedRoute, tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
+)
 
 CLAIM_BODY = json_body(ClaimIn)
 
 
 async def _claim_body(request: Request, limits: Limits) -> ClaimIn:
-    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="A claim body")
-    return validate_body(ClaimIn, raw or {})
+    raw = await read_object(request, max_size=limits.max_queue_metadata, what="A claim body")
+    return validate_body(ClaimIn, raw)
 
 
 def _claim_id(claim_id: str, queue: str) -> ClaimId:

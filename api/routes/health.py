@@ -11,6 +11,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from api.deps import StoreDep
+from api.params import CheckedRoute
 from api.render import json_response
 from api.routes.admin import is_admin
 from api.schemas import ErrorOut, HealthOut
@@ -18,7 +19,7 @@ from core.errors import StorageUnavailable
 from storage.base import Store
 from storage.pooling.store import PooledStore
 
-router = APIRouter(tags=["service"])
+router = APIRouter(route_class=CheckedRoute, tags=["service"])
 
 VERSIONS = {
     "versions": [
@@ -117,7 +118,6 @@ class StorageCheck:
     summary="204 when the storage answers, 503 when not (checked at most once a second)",
     responses={503: {"model": ErrorOut}},
 )
-@router.head("/v2/ping", status_code=204, operation_id="ping_head", include_in_schema=False)
 async def ping(request: Request) -> Response:
     state = request.app.state
     if not await state.storage_check.ok(state.store):

@@ -20,8 +20,10 @@ from api.deps import (
     path_parameter,
     query_parameter,
     read_json,
+    read_object,
     validate_body,
 )
+from api.params import CheckedRoute
 from api.render import json_response, message, messages
 from api.schemas import (
     ErrorOut,
@@ -37,6 +39,8 @@ from api.schemas import (
 from core.errors import ClaimMismatch, InvalidInput, MessageNotFound
 from core.limits import (
     DELAY_DOC,
+    check_json_depth,
+    check_marker,
     check_message_delay,
     check_message_ttl,
     check_page_limit,
@@ -48,7 +52,11 @@ from core.models import ClaimId, MessageId, NewMessage, Rejection
 
 CLAIM_ID_DOC = "The claim that holds the message."
 
-router = APIRouter(tags=["messages"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+router = APIRouter(
+    route_class=CheckedRoute,
+    tags=["messages"],
+    responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+)
 
 
 def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
@@ -72,10 +80,13 @@ def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
 async def post_messages(request: Request) -> Response:
     call = call_of(request)
     q, limits = call.q, call.limits
-    raw, size = await read_json(request, max_size=limits.max_messages_post_size, what="A message post")
-    body = validate_body(PostMessagesIn, raw)
+    posted = await read_json(request, max_size=limits.max_messages_post_size, what="A message post")
+    body = validate_body(PostMessagesIn, posted.value)
+    deep = posted.containers > limits.max_json_depth  # else no body can be too deep: skip the walk
     new = []
     for i, m in enumerate(body.messages):
+        if deep:
+            check_json_depth(m.body, limits, f"messages.{i}.body")
         if m.ttl is not None:
             check_message_ttl(m.ttl, limits, f"messages.{i}.ttl")
         if m.delay is not None:
@@ -84,7 +95,12 @@ async def post_messages(request: Request) -> Response:
             NewMessage(body=m.body, ttl=m.ttl, delay=m.delay, dead_letter_eligible=m.dead_letter_eligible)
         )
     ids = await call.store.post_messages(
-        q, new, client_id=call.client, default_ttl=limits.default_message_ttl, default_delay=0, body_size=size
+        q,
+        new,
+        client_id=call.client,
+        default_ttl=limits.default_message_ttl,
+        default_delay=0,
+        body_size=posted.size,
     )
     base = f"/v2/queues/{q.name}/messages"
     return json_response(
@@ -121,11 +137,9 @@ async def list_messages(
         now = clock.now_ms()
         return json_response({"messages": messages(found, now, provenance=provenance)})
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
-    if marker is not None and not marker.isdigit():
-        raise InvalidInput(f"marker must be the marker of a previous page's next link; got {marker[:40]!r}.")
     page = await store.list_messages(
         q,
-        marker=int(marker) if marker else None,
+        marker=check_marker(marker) if marker is not None else None,
         limit=size,
         echo=echo,
         client_id=client,
@@ -259,8 +273,8 @@ async def dead_letter_message(
     request: Request,
     claim_id: Annotated[str | None, Query(description=CLAIM_ID_DOC)] = None,
 ) -> Response:
-    raw, _ = await read_json(request, max_size=call.limits.max_queue_metadata, what="A rejection")
-    body = validate_body(RejectIn, raw or {})
+    raw = await read_object(request, max_size=call.limits.max_queue_metadata, what="A rejection")
+    body = validate_body(RejectIn, raw)
     mid, cid = _held(message_id, claim_id, call.q.name)
     moved = await call.store.dead_letter_message(
         call.q, mid, claim_id=cid, rejection=Rejection(reason=body.reason, description=body.description)

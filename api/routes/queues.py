@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
@@ -19,13 +19,15 @@ from api.deps import (
     QueueDep,
     StoreDep,
     read_json,
+    read_object,
     validate_body,
 )
 from api.errors import JSON_PATCH
+from api.params import CheckedRoute, open_query
 from api.render import json_response, stamp
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut, json_body
 from core.errors import Conflict, InvalidBody, MetadataChanged, PayloadTooLarge, UnsupportedMediaType
-from core.limits import Limits, check_page_limit
+from core.limits import Limits, check_json_depth, check_name, check_page_limit
 from core.metadata import (
     DEAD_LETTER_QUEUE,
     DeadLetterDefaults,
@@ -34,10 +36,13 @@ from core.metadata import (
     parse_policy,
     with_reserved_defaults,
 )
-from core.models import QueueRef
+from core.models import QueueInfo, QueueRef
+from core.queue_filter import QueueFilter
 from storage.base import Store
 
-router = APIRouter(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+router = APIRouter(
+    route_class=CheckedRoute, tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
+)
 
 T = TypeVar("T")
 METADATA_WRITE_ATTEMPTS = 8
@@ -73,6 +78,7 @@ async def _checked(
 ) -> QueuePolicy:
     if not isinstance(metadata, dict):
         raise InvalidBody("Queue metadata must be a JSON object.")
+    check_json_depth(metadata, limits, "Queue metadata")
     size = len(orjson.dumps(metadata))
     if size > limits.max_queue_metadata:
         raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
@@ -107,8 +113,23 @@ async def _write_checked(
     raise MetadataChanged(KEPT_CHANGING)
 
 
-@router.get("/v2/queues", response_model=QueuesPage, summary="List the project's queues")
+LIST_QUERY = ("marker", "limit", "detailed", "name", "with_count")
+SCAN_PAGE = 100  # queues read at a time when a filter picks among them
+
+
+@router.get(
+    "/v2/queues",
+    response_model=QueuesPage,
+    summary="List the project's queues (filters: `name`, and any other parameter `key=value` on metadata)",
+    description="Any query parameter besides those listed is a metadata filter, as in Zaqar: `?team=red` "
+    "lists the queues whose metadata has `team` equal to `red` (a value that spells a JSON number, "
+    '`true`, `false` or `null` also matches that value: `?tier=1` matches 1 and "1"); at most 20 '
+    "filters, keys and values at most 256 characters. A filtered listing (and `with_count`) reads the "
+    "project's queues in pages of 100 until the page is full: its cost grows with the project's queues.",
+)
+@open_query
 async def list_queues(
+    request: Request,
     store: StoreDep,
     limits: LimitsDep,
     project: ProjectDep,
@@ -116,20 +137,69 @@ async def list_queues(
     marker: Annotated[str | None, Query(description="Name of the last queue of the previous page.")] = None,
     limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
     detailed: bool = False,
+    name: Annotated[str | None, Query(description="Only queues whose name holds this text.")] = None,
+    with_count: Annotated[
+        bool, Query(description="Add `count`: how many of the project's queues the filters match.")
+    ] = False,
 ) -> Response:
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
-    page = await store.list_queues(project, marker=marker, limit=size, detailed=detailed)
+    if marker is not None:
+        check_name(marker, "marker (the name of the last queue of the previous page)")
+    pairs = [(k, v) for k, v in request.query_params.multi_items() if k not in LIST_QUERY]
+    chosen = QueueFilter.of(name, pairs)
+    items, next_marker = await _queue_page(store, project, chosen, marker, size, detailed)
     queues = []
-    for info in page.items:
+    for info in items:
         item: dict[str, Any] = {"name": info.name, "href": f"/v2/queues/{info.name}"}
         if detailed:
             item["metadata"] = info.metadata
         queues.append(item)
     links = []
-    if page.next_marker is not None and len(page.items) == size:
-        query = urlencode({"marker": page.next_marker, "limit": size, "detailed": str(detailed).lower()})
-        links.append({"rel": "next", "href": f"/v2/queues?{query}"})
-    return json_response({"queues": queues, "links": links})
+    if next_marker is not None:
+        query = [("marker", next_marker), ("limit", str(size)), ("detailed", str(detailed).lower())]
+        query += [("name", name)] if name is not None else []
+        query += [("with_count", "true")] if with_count else []
+        links.append({"rel": "next", "href": f"/v2/queues?{urlencode(query + pairs)}"})
+    body: dict[str, Any] = {"queues": queues, "links": links}
+    if with_count:
+        body["count"] = await _count(store, project, chosen)
+    return json_response(body)
+
+
+async def _queue_page(
+    store: Store, project: str, chosen: QueueFilter, marker: str | None, size: int, detailed: bool
+) -> tuple[list[QueueInfo], str | None]:
+    """One page of the listing and the marker of the next (None at the end)."""
+    if not chosen.active:
+        page = await store.list_queues(project, marker=marker, limit=size, detailed=detailed)
+        full = page.next_marker is not None and len(page.items) == size
+        return page.items, page.next_marker if full else None
+    found: list[QueueInfo] = []
+    async for info in _scan(store, project, chosen, marker):
+        found.append(info)
+        if len(found) == size:
+            return found, info.name
+    return found, None
+
+
+async def _scan(
+    store: Store, project: str, chosen: QueueFilter, marker: str | None
+) -> AsyncIterator[QueueInfo]:
+    """The project's queues after `marker` that `chosen` matches, in name order, read SCAN_PAGE at a time."""
+    while True:
+        page = await store.list_queues(
+            project, marker=marker, limit=SCAN_PAGE, detailed=bool(chosen.metadata)
+        )
+        for info in page.items:
+            if chosen.matches(info.name, info.metadata):
+                yield info
+        if len(page.items) < SCAN_PAGE or page.next_marker is None:
+            return
+        marker = page.next_marker
+
+
+async def _count(store: Store, project: str, chosen: QueueFilter) -> int:
+    return sum([1 async for _ in _scan(store, project, chosen, None)])
 
 
 @router.put(
@@ -146,8 +216,7 @@ async def list_queues(
 async def create_queue(
     q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: DefaultsDep, request: Request
 ) -> Response:
-    metadata, _ = await read_json(request, max_size=limits.max_queue_metadata, what="Queue metadata")
-    body = {} if metadata is None else metadata
+    body = await read_object(request, max_size=limits.max_queue_metadata, what="Queue metadata")
 
     async def given() -> Any:
         return body
@@ -192,7 +261,7 @@ async def patch_queue(
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     if content_type != JSON_PATCH:
         raise UnsupportedMediaType(f"Queue metadata is patched with Content-Type {JSON_PATCH}.")
-    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="The patch")
+    raw = (await read_json(request, max_size=limits.max_queue_metadata, what="The patch")).value
     if not isinstance(raw, list) or not raw:
         raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
     ops = [validate_body(PatchOp, item) for item in raw]
@@ -239,8 +308,8 @@ async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response
     openapi_extra=json_body(PurgeIn),
 )
 async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
-    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="The purge body")
-    body = validate_body(PurgeIn, raw or {})
+    raw = await read_object(request, max_size=limits.max_queue_metadata, what="The purge body")
+    body = validate_body(PurgeIn, raw)
     # Charon has no subscriptions, so only "messages" has anything to purge.
     if body.resource_types is None or "messages" in body.resource_types:
         await store.purge(q)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -15,17 +16,22 @@ from api.deps import (
     QueueDep,
     RedriveDep,
     StoreDep,
-    read_json,
+    read_object,
     validate_body,
 )
+from api.params import CheckedRoute
 from api.render import iso, json_response, messages
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
 from core.errors import InvalidInput, NotFound
-from core.limits import check_page_limit, is_valid_id
+from core.limits import check_page_limit, check_time_ms, is_valid_id
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
 from storage.base import Store
 
-router = APIRouter(tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+router = APIRouter(
+    route_class=CheckedRoute, tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
+)
 
 INLINE_LIMIT = 100  # a redrive of at most this many messages, unthrottled, is done before the answer
 PREVIEW_PAGE = 500
@@ -33,8 +39,12 @@ PREVIEW_SCAN_CAP = 100_000  # messages a dry run looks at, at most
 SAMPLE = 10
 
 
-def _ms(value: Any) -> int | None:
-    return None if value is None else int(value.timestamp() * 1000)
+def _ms(value: datetime | None, what: str) -> int | None:
+    """A filter's time as ms since the epoch, within the range every driver can store and the API write back
+    (a zone offset can push a date at either end of the calendar out of it)."""
+    if value is None:
+        return None
+    return check_time_ms((value - EPOCH) // timedelta(milliseconds=1), f"filter.{what}")
 
 
 def _spec(q: QueueRef, body: RedriveIn) -> RedriveSpec:
@@ -43,8 +53,8 @@ def _spec(q: QueueRef, body: RedriveIn) -> RedriveSpec:
         destination=body.destination,
         source_queue=f.source_queue if f else None,
         reason=f.reason if f else None,
-        after_ms=_ms(f.dead_lettered_after) if f else None,
-        before_ms=_ms(f.dead_lettered_before) if f else None,
+        after_ms=_ms(f.dead_lettered_after, "dead_lettered_after") if f else None,
+        before_ms=_ms(f.dead_lettered_before, "dead_lettered_before") if f else None,
         limit=body.limit,
         max_per_second=body.max_per_second,
     )
@@ -172,8 +182,8 @@ async def start_redrive(
     runner: RedriveDep,
     request: Request,
 ) -> Response:
-    raw, _ = await read_json(request, max_size=limits.max_queue_metadata, what="A redrive request")
-    body = validate_body(RedriveIn, raw or {})
+    raw = await read_object(request, max_size=limits.max_queue_metadata, what="A redrive request")
+    body = validate_body(RedriveIn, raw)
     spec = _spec(q, body)
     if body.dry_run:
         return json_response(await _preview(store, q, spec, clock.now_ms(), provenance))

@@ -144,8 +144,8 @@ async def test_dlq_chains_and_cycles_are_per_project(client: httpx.AsyncClient) 
     [
         ({"_max_claim_count": 2.5}, "_max_claim_count must be an integer"),
         ({"_max_claim_count": -1}, "_max_claim_count must be between 1"),
-        ({"_dead_letter_queue": 7}, "_dead_letter_queue must be a queue name"),
-        ({"_dead_letter_queue": "x" * 65}, "_dead_letter_queue must be a queue name"),
+        ({"_dead_letter_queue": 7}, "_dead_letter_queue must be 1 to 64"),
+        ({"_dead_letter_queue": "x" * 65}, "_dead_letter_queue must be 1 to 64"),
         ({"_dead_letter_queue_messages_ttl": 1_209_601}, "between 60 and 1209600"),
         ({"_dead_letter_queue_messages_ttl": "600"}, "_dead_letter_queue_messages_ttl must be an integer"),
     ],

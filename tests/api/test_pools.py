@@ -91,6 +91,37 @@ async def test_admin_calls_need_the_admin_role(client: httpx.AsyncClient) -> Non
     assert (await client.get("/v2/pools", headers=ADMIN)).json() == {"pools": [], "links": []}
 
 
+async def test_a_roles_header_sent_twice_is_refused(client: httpx.AsyncClient) -> None:
+    """A proxy that appends its X-Roles instead of replacing the client's must not let the client's count."""
+    for method, url in [("GET", "/v2/pools"), ("GET", "/v2/health")]:
+        request = client.build_request(method, url)
+        request.headers = httpx.Headers(
+            [*request.headers.multi_items(), ("X-Roles", "admin"), ("X-Roles", "x")]
+        )
+        r = await client.send(request)
+        assert r.status_code == 400, r.text
+        assert "X-Roles header is sent more than once" in r.json()["description"]
+
+
+async def test_pool_and_flavor_names_and_free_form_fields_are_bounded(client: httpx.AsyncClient) -> None:
+    for name in ("%2E%2E", "nl%0A", "x" * 65):
+        r = await client.put(f"/v2/pools/{name}", json={"uri": "redis://x", "weight": 1}, headers=ADMIN)
+        assert r.status_code == 400, r.text
+        r = await client.put(f"/v2/flavors/{name}", json={}, headers=ADMIN)
+        assert r.status_code == 400, r.text
+    deep: object = 1
+    for _ in range(65):
+        deep = [deep]
+    r = await client.put("/v2/flavors/f", json={"capabilities": {"x": deep}}, headers=ADMIN)
+    assert r.status_code == 400, r.text
+    assert "capabilities nests" in r.json()["description"]
+    r = await client.put("/v2/pools/p", content=b"null", headers=ADMIN)
+    assert r.status_code == 400, r.text
+    assert "JSON object" in r.json()["description"]
+    r = await client.put("/v2/flavors/f", json={"pool_list": ["nl\n"]}, headers=ADMIN)
+    assert r.status_code == 400, r.text
+
+
 async def test_admin_mode_off_refuses_everyone(pooled: PooledStore, clock: ManualClock) -> None:
     app = create_app(Settings(storage_uri="redis://unused", admin_mode=False), store=pooled, clock=clock)
     async with api_client(app) as c:

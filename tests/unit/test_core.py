@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidInput, InvalidQueueName
-from core.limits import Limits, check_client_id, check_queue_name, check_range, is_valid_id
+from core.limits import (
+    Limits,
+    check_client_id,
+    check_marker,
+    check_queue_name,
+    check_range,
+    is_name,
+    is_valid_id,
+    json_depth_exceeds,
+)
 from core.metadata import QueuePolicy, check_dead_letter_chain, parse_policy, with_reserved_defaults
 
 LIMITS = Limits()
@@ -38,6 +47,7 @@ def test_ids_are_32_lowercase_hex() -> None:
     assert is_valid_id("0123456789abcdef" * 2)
     assert not is_valid_id("0123456789ABCDEF" * 2)
     assert not is_valid_id("abc")
+    assert not is_valid_id("0123456789abcdef" * 2 + "\n")
 
 
 def test_policy_from_reserved_keys() -> None:
@@ -72,12 +82,17 @@ def test_null_reserved_keys_mean_unset() -> None:
         ({"_max_claim_count": True}, "must be an integer"),
         ({"_max_claim_count": 2.5}, "must be an integer"),
         ({"_dead_letter_queue": "q"}, "itself"),
-        ({"_dead_letter_queue": 7}, "queue name"),
+        ({"_dead_letter_queue": 7}, "_dead_letter_queue must be 1 to 64"),
         ({"_dead_letter_queue_messages_ttl": 59}, "between 60 and 1209600"),
         ({"_dead_letter_queue_messages_ttl": 1_209_601}, "between 60 and 1209600"),
         ({"_dead_letter_queue_messages_ttl": "3600"}, "must be an integer"),
         ({"_default_message_delay": 901}, "between 0 and 900"),
         ({"_max_messages_post_size": 262_145}, "between 1 and 262144"),
+        ({"_max_claims_count": 3}, "Did you mean _max_claim_count"),
+        ({"_private": 1}, "reserved"),
+        ({"_enable_encrypt_messages": True}, "not supported"),
+        ({"_enable_encrypt_messages": "false"}, "not supported"),
+        ({"_flavor": "a\n"}, "_flavor must be 1 to 64"),
     ],
 )
 def test_bad_reserved_keys(meta: dict[str, object], fragment: str) -> None:
@@ -122,3 +137,54 @@ async def test_dead_letter_cycle_is_refused_and_named(links: dict[str, str], dlq
 )
 async def test_dead_letter_chains_without_a_cycle_through_the_queue_pass(links: dict[str, str]) -> None:
     await check_dead_letter_chain("a", "b", chain_of(links))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "depth"),
+    [(1, 0), ("x", 0), ({}, 1), ([], 1), ({"a": [1]}, 2), ([[[{}]]], 4), ({"a": 1, "b": {"c": [2]}}, 3)],
+)
+def test_json_depth(value: object, depth: int) -> None:
+    assert not json_depth_exceeds(value, depth)
+    assert json_depth_exceeds(value, depth - 1) == (depth > 0)
+
+
+def test_a_depth_walk_of_hostile_input_stops_early() -> None:
+    value: object = 1
+    for _ in range(900):  # deeper than Python's recursion limit would allow a recursive walk
+        value = [value, {"x": 1}]
+    assert json_depth_exceeds(value, 64)
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("a", True),
+        ("a.b-c_D9", True),
+        ("...", True),
+        (".a", True),
+        ("x" * 64, True),
+        ("x" * 65, False),
+        ("", False),
+        (".", False),
+        ("..", False),
+        ("a\n", False),
+        ("a b", False),
+        ("é", False),
+        (7, False),
+    ],
+)
+def test_names_are_fully_matched(name: object, ok: bool) -> None:
+    assert is_name(name) is ok
+
+
+@pytest.mark.parametrize("marker", ["0", "17", str(2**53)])
+def test_good_markers(marker: str) -> None:
+    assert check_marker(marker) == int(marker)
+
+
+@pytest.mark.parametrize(
+    "marker", ["", "\u00b2", "\uff11", "-1", "+1", "1_0", " 1", "1\n", str(2**53 + 1), "9" * 17]
+)
+def test_bad_markers(marker: str) -> None:
+    with pytest.raises(InvalidInput, match="marker"):
+        check_marker(marker)
