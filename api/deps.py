@@ -57,8 +57,9 @@ async def get_redrive(request: Request) -> RedriveRunner:
 
 
 PROVENANCE_DOC = (
-    "Show the `dead_letter` object on dead-lettered messages. Default: on, unless the service runs with "
-    "CHARON_PROVENANCE=false (for python-zaqarclient consumers of DLQs)."
+    "Show the `dead_letter` object on dead-lettered (and redriven) messages, and `dead_letter_eligible` on "
+    "messages posted with it false (EXT). Default: off, so python-zaqarclient, which refuses fields it "
+    "does not know, reads every queue unchanged; CHARON_PROVENANCE=true turns it on for a deployment."
 )
 ProvenanceQuery = Annotated[bool | None, Query(description=PROVENANCE_DOC)]
 
@@ -176,6 +177,17 @@ def query_parameter(name: str, description: str, kind: str = "string") -> dict[s
         "title": name.replace("_", " ").title(),
     }
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def header_parameter(name: str, description: str) -> dict[str, Any]:
+    """The OpenAPI entry of an optional header a route reads by hand."""
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string", "description": description},
+        "description": description,
+    }
 
 
 def parameters(*entries: dict[str, Any], **extra: Any) -> dict[str, Any]:

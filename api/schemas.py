@@ -226,6 +226,9 @@ class PoolHealth(BaseModel):
 
 class HealthOut(BaseModel):
     storage_reachable: bool
+    storage_writable: bool | None = Field(
+        None, description="The storage takes writes (absent when unreachable)."
+    )
     catalog_reachable: bool | None = Field(None, description="With pooling, for admins only.")
     pools: dict[str, PoolHealth] | None = Field(None, description="With pooling, for admins only.")
 

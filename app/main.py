@@ -66,13 +66,16 @@ def create_app(
         if uri is None:
             embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
             uri = embedded.start()
+        timeout = settings.storage_timeout
         if settings.pooling:
-            catalogue = open_catalogue(uri, namespace=settings.namespace)
+            catalogue = open_catalogue(uri, namespace=settings.namespace, timeout=timeout)
             app.state.store = PooledStore(
-                catalogue, namespace=settings.namespace, clock=clock, defaults=defaults
+                catalogue, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
             )
         else:
-            app.state.store = open_store(uri, namespace=settings.namespace, clock=clock, defaults=defaults)
+            app.state.store = open_store(
+                uri, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
+            )
         try:
             async with sweeping(app.state.store):
                 yield

@@ -9,7 +9,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from core.errors import CharonError, StorageUnavailable
+from app.outage import Outage
+from core.errors import CharonError
 from core.models import QueueRef, RedriveTask, TaskId
 from storage.base import Store
 
@@ -86,15 +87,15 @@ class RedriveRunner:
     async def run_forever(self) -> None:
         """adopt() every POLL_S seconds until cancelled; then stop the tasks this process runs (their
         leases lapse and another process takes them over)."""
+        outage = Outage(log, "redrive adoption", POLL_S)
         try:
             while True:
                 try:
                     await self.adopt()
-                except StorageUnavailable as exc:
-                    log.warning("redrive adoption skipped: %s", exc.description)
-                except Exception:
-                    log.exception("redrive adoption failed")
-                await asyncio.sleep(POLL_S)
+                    wait = outage.ok()
+                except Exception as exc:
+                    wait = outage.failed(exc)
+                await asyncio.sleep(wait)
         finally:
             await self.stop()
 

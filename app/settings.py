@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
+from storage.base import DEFAULT_TIMEOUT_S
 
 
 class Settings(BaseSettings):
@@ -21,6 +22,23 @@ class Settings(BaseSettings):
         "mongodb://host:port/db?replicaSet=rs0 or mongodb+srv://... for MongoDB (a replica set or sharded "
         "cluster; the database defaults to `charon`). Unset: an embedded redis-server is started under "
         "data_dir and stopped with the service.",
+    )
+    storage_timeout: float = Field(
+        DEFAULT_TIMEOUT_S,
+        ge=0.1,
+        le=120,
+        description="Seconds a storage operation may take before the request answers 503 (a stalled or "
+        "unreachable store); /v2/ping answers within it too. A write whose answer did not come in time may "
+        "or may not have been made, and its 503 says so (a post retried with its Idempotency-Key is stored "
+        "once). The sweeper and redrive steps get at least 60 s.",
+    )
+    idempotency_window: int = Field(
+        300,
+        ge=1,
+        le=86_400,
+        description="Seconds a message post's Idempotency-Key is remembered: a post repeated with the same "
+        "key within it stores nothing and answers the first post's resources (SQS FIFO's 5 minutes by "
+        "default). Each key's record (about 100 bytes and 33 a message) is kept that long.",
     )
     data_dir: Path = Field(Path("./data"), description="Where the embedded redis-server keeps its AOF files.")
     redis_server: str = Field("redis-server", description="The redis-server binary the embedded store runs.")
@@ -44,10 +62,11 @@ class Settings(BaseSettings):
         "the queue's next use still does it).",
     )
     provenance: bool = Field(
-        True,
-        description="Show the `dead_letter` object on dead-lettered messages unless a request says "
-        "`provenance=false`. Set false for python-zaqarclient consumers of DLQs, which reject unknown "
-        "message fields; a request can still ask with `provenance=true`.",
+        False,
+        description="Show the `dead_letter` object (and `dead_letter_eligible`) on messages by default. Off, "
+        "so that Zaqar-shaped resources carry only Zaqar's fields and the unchanged python-zaqarclient reads "
+        "DLQs (it refuses unknown fields); a request asks for them with `provenance=true` (curl, consoles). "
+        "Turn on for deployments whose clients all want them.",
     )
     pooling: bool = Field(
         False,

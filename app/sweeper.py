@@ -5,29 +5,31 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from core.errors import StorageUnavailable
+from app.outage import Outage
 from storage.base import Store
 
 log = logging.getLogger("charon.sweeper")
 
 
 async def run_sweeper(store: Store, interval: float) -> None:
-    """Call store.sweep() every `interval` seconds until cancelled; storage outages are logged and ridden out.
+    """Call store.sweep() every `interval` seconds until cancelled. While the store fails, the sweeper logs
+    one line when it starts failing and one when it recovers (app.outage.Outage), and waits longer between
+    attempts (doubling, up to 30 s); a bug is logged the same way, with its traceback once.
 
     The lease lasts a little less than the interval, so across all processes the store is swept about once an
     interval, and a process that dies holding it delays the next sweep by less than one interval.
     """
     lease_ms = max(int(interval * 900), 1)
     task = asyncio.current_task()
+    outage = Outage(log, "sweeper", interval)
     while True:
         try:
             await store.sweep(lease_ms=lease_ms)
-        except StorageUnavailable as exc:
-            log.warning("sweep skipped: %s", exc.description)
-        except Exception:  # a bug must not stop eager dead-lettering for the life of the process
-            log.exception("sweep failed")
+            wait = outage.ok()
+        except Exception as exc:  # a bug must not stop eager dead-lettering for the life of the process
+            wait = outage.failed(exc)
         # A cancellation that lands inside the storage client can come out as an error, or not at all
         # (redis-py closes the connection and returns); honour it here so shutdown never hangs.
         if task is not None and task.cancelling():
             raise asyncio.CancelledError
-        await asyncio.sleep(interval)
+        await asyncio.sleep(wait)

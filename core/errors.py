@@ -12,7 +12,10 @@ CharonError
  ├── Conflict               409 "Resource conflict"
  ├── PayloadTooLarge        413 "Request body too large"
  ├── UnsupportedMediaType   415 "Unsupported media type"
- └── StorageUnavailable     503 "Service temporarily unavailable"
+ ├── IdempotencyKeyReused   422 "Idempotency key reused"
+ ├── StorageUnavailable     503 "Service temporarily unavailable"   (nothing was changed)
+ │    └── OutcomeUnknown    503 (the store stopped answering after a write was sent: it may have happened)
+ └── StorageFull            507 "Insufficient storage"   (the store refuses writes; nothing was changed)
 
 The message of every instance is the description shown to the user: it says what to change.
 """
@@ -85,10 +88,46 @@ class UnsupportedMediaType(CharonError):
     title = "Unsupported media type"
 
 
+class IdempotencyKeyReused(CharonError):
+    """An Idempotency-Key already used, within its window, for a different request (IETF httpapi draft)."""
+
+    status = 422
+    title = "Idempotency key reused"
+
+
 class StorageUnavailable(CharonError):
+    """The store could not be reached, or did not answer, before anything was changed."""
+
     status = 503
     title = "Service temporarily unavailable"
 
     @property
     def description(self) -> str:
-        return f"{self} Please try again in a few seconds."
+        return f"{self} Nothing was changed; please try again in a few seconds."
+
+
+class OutcomeUnknown(StorageUnavailable):
+    """The store stopped answering after a write was sent to it: the write may or may not have happened."""
+
+    @property
+    def description(self) -> str:
+        return (
+            f"{self} The request was sent to the store, which then stopped answering: it may or may not have "
+            "been carried out. Read the resource before repeating a change; a message post repeated with the "
+            "same Idempotency-Key header is stored once."
+        )
+
+
+class StorageFull(CharonError):
+    """The store refuses writes (Redis at maxmemory with noeviction, a disk out of space); reads, claims and
+    deletes, which free space, still work."""
+
+    status = 507
+    title = "Insufficient storage"
+
+    @property
+    def description(self) -> str:
+        return (
+            f"{self} The store is full and refuses writes; nothing was changed. Consuming and deleting "
+            "messages frees space (an operator can also give the store more room)."
+        )

@@ -51,7 +51,7 @@ class Limits(BaseModel):
         ge=1,
         le=MAX_JSON_DEPTH,
         description="How deep a message body, queue metadata, a pool's options or a flavor's capabilities"
-        ' may nest objects and arrays (a number or string is 0 deep, `{"a": [1]}` is 2).',
+        ' may nest objects and arrays (a number or string is 0 deep, `{"a": [1]}` is 2); at most 200.',
     )
 
 

@@ -31,6 +31,17 @@ class NewMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Idempotency:
+    """A post's Idempotency-Key: within `window_ms` of the first post with `key` on the queue, a post with
+    the same key and the same `fingerprint` (a hash of its messages) stores nothing and gets the first
+    post's ids; one with another fingerprint is refused (IdempotencyKeyReused)."""
+
+    key: str
+    fingerprint: str
+    window_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """Provenance of a dead-lettered message (ARCHITECTURE.md §3 promise 6)."""
 

@@ -44,9 +44,7 @@ class QueueFilter:
             )
         for key, value in pairs:
             if len(value) > MAX_FILTER_VALUE or len(key) > MAX_FILTER_VALUE:
-                raise InvalidInput(
-                    f"Metadata filter {key[:40]!r}: at most {MAX_FILTER_VALUE} characters."
-                )
+                raise InvalidInput(f"Metadata filter {key[:40]!r}: at most {MAX_FILTER_VALUE} characters.")
         if name is not None and not 1 <= len(name) <= 64:
             raise InvalidInput(
                 f"name filters by a part of a queue name: 1 to 64 characters; got {len(name)}."

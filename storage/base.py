@@ -19,6 +19,7 @@ from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Idempotency,
     Message,
     MessageId,
     NewMessage,
@@ -31,6 +32,8 @@ from core.models import (
     Rejection,
     TaskId,
 )
+
+DEFAULT_TIMEOUT_S = 5.0  # seconds a storage operation may take before it fails (Settings.storage_timeout)
 
 
 class QueueStore(Protocol):
@@ -97,13 +100,17 @@ class MessageStore(Protocol):
         default_ttl: int,
         default_delay: int,
         body_size: int,
+        idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
         """Append `messages` in order (FIFO), creating the queue when absent; returns their ids.
 
         A message's ttl/delay of None takes the queue's `_default_message_*`, else `default_ttl`/`_delay`.
+        With `idempotency`, the post and the key's record are written in one atomic step; a post whose key
+        has a record (within its window) stores nothing and returns the ids the record holds.
 
         Raises:
             PayloadTooLarge: `body_size` is over the queue's `_max_messages_post_size`.
+            IdempotencyKeyReused: the key's record is of a post with other messages.
         """
 
     async def list_messages(
@@ -232,5 +239,9 @@ class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, Protocol):
 
     async def ping(self) -> None:
         """Raises StorageUnavailable when the backend does not answer."""
+
+    async def check_writable(self) -> None:
+        """Write a probe the backend keeps for a few seconds. Raises StorageFull when the backend refuses
+        writes (full), StorageUnavailable when it does not answer."""
 
     async def aclose(self) -> None: ...

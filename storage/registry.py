@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from core.clock import Clock
 from core.errors import InvalidInput
 from core.metadata import DeadLetterDefaults
-from storage.base import Store
+from storage.base import DEFAULT_TIMEOUT_S, Store
 
 if TYPE_CHECKING:
     from storage.pooling.catalogue import Catalogue
@@ -23,16 +23,18 @@ def open_store(
     namespace: str = "charon",
     clock: Clock | None = None,
     defaults: DeadLetterDefaults | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> Store:
+    """The driver for `uri`; `timeout`: seconds a storage operation may take before it fails (503)."""
     scheme = urlsplit(uri).scheme
     if scheme in REDIS_SCHEMES:
         from storage.redis.store import RedisStore
 
-        return RedisStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults)
+        return RedisStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout)
     if scheme in MONGODB_SCHEMES:
         from storage.mongodb.store import MongoStore
 
-        return MongoStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults)
+        return MongoStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout)
     raise InvalidInput(unsupported_scheme(scheme))
 
 
@@ -42,15 +44,15 @@ def unsupported_scheme(scheme: str) -> str:
     )
 
 
-def open_catalogue(uri: str, *, namespace: str = "charon") -> Catalogue:
+def open_catalogue(uri: str, *, namespace: str = "charon", timeout: float = DEFAULT_TIMEOUT_S) -> Catalogue:
     """The pool catalogue in the management store at `uri` (Redis, Redis Cluster or MongoDB)."""
     scheme = urlsplit(uri).scheme
     if scheme in REDIS_SCHEMES:
         from storage.pooling.redis_catalogue import RedisCatalogue
 
-        return RedisCatalogue.from_url(uri, namespace=namespace)
+        return RedisCatalogue.from_url(uri, namespace=namespace, timeout=timeout)
     if scheme in MONGODB_SCHEMES:
         from storage.pooling.mongo_catalogue import MongoCatalogue
 
-        return MongoCatalogue.from_url(uri, namespace=namespace)
+        return MongoCatalogue.from_url(uri, namespace=namespace, timeout=timeout)
     raise InvalidInput(unsupported_scheme(scheme))

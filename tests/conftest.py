@@ -32,6 +32,9 @@ from storage.redis.store import RedisStore
 from tests.servers import MongoServer, RedisCluster, RedisServer
 
 PROJECT = "project-a"
+# SecantusDB is a Python server whose answers under the contract suite's load take seconds, far past what a
+# real mongod needs; its stores get this timeout (CHARON_STORAGE_TIMEOUT) instead of the default 5 s.
+SLOW_SERVER_TIMEOUT_S = 60.0
 CLIENT_ID = "3381af92-2b9e-11e3-b191-71861300734c"
 
 
@@ -105,7 +108,9 @@ async def cluster_store(redis_cluster_url: str, clock: ManualClock) -> AsyncIter
 
 @pytest.fixture
 async def mongo_store(mongodb_uri: str, clock: ManualClock) -> AsyncIterator[MongoStore]:
-    store = MongoStore.from_url(mongodb_uri, namespace=f"t{uuid.uuid4().hex[:12]}", clock=clock)
+    store = MongoStore.from_url(
+        mongodb_uri, namespace=f"t{uuid.uuid4().hex[:12]}", clock=clock, timeout=SLOW_SERVER_TIMEOUT_S
+    )
     yield store
     await store.drop_collections()
     await store.aclose()
@@ -126,7 +131,9 @@ async def pooled(
     for name, uri in (("redis", redis_url), ("mongo", mongodb_uri)):
         weight = 1000 if name == heavy else 1
         await catalogue.put_pool(Pool(name, uri, weight=weight, options={"namespace": namespace}))
-    store = PooledStore(catalogue, namespace=namespace, clock=clock, defaults=defaults)
+    store = PooledStore(
+        catalogue, namespace=namespace, clock=clock, defaults=defaults, timeout=SLOW_SERVER_TIMEOUT_S
+    )
     yield store
     await close_pooled(store)
 
@@ -211,7 +218,9 @@ async def defaulted_store(
     if request.param == "redis":
         store: Store = RedisStore.from_url(redis_url, namespace=namespace, clock=clock, defaults=AUTO_DLQ)
     else:
-        store = MongoStore.from_url(mongodb_uri, namespace=namespace, clock=clock, defaults=AUTO_DLQ)
+        store = MongoStore.from_url(
+            mongodb_uri, namespace=namespace, clock=clock, defaults=AUTO_DLQ, timeout=SLOW_SERVER_TIMEOUT_S
+        )
     yield store
     if isinstance(store, MongoStore):
         await store.drop_collections()

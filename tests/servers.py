@@ -68,9 +68,10 @@ class RedisServer(ServerProcess):
 
     name = "redis-server"
 
-    def __init__(self, data_dir: Path | None = None) -> None:
+    def __init__(self, data_dir: Path | None = None, fsync: str = "always") -> None:
         super().__init__()
         self.data_dir = data_dir
+        self.fsync = fsync
 
     @property
     def url(self) -> str:
@@ -82,7 +83,7 @@ class RedisServer(ServerProcess):
             raise RuntimeError("redis-server is not installed; `make install` installs it")
         args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         if self.data_dir is not None:
-            args += ["--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always"]
+            args += ["--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", self.fsync]
         else:
             args += ["--appendonly", "no"]
         self._launch(args, ready=lambda: _answers(self.port), timeout=10)
@@ -187,6 +188,10 @@ class CharonProcess:
         self.env = dict(os.environ, CHARON_NAMESPACE=namespace, **(env or {}))
         if storage_uri is not None:
             self.env["CHARON_STORAGE_URI"] = storage_uri
+            if storage_uri.startswith(
+                "mongodb"
+            ):  # SecantusDB under load: tests.conftest.SLOW_SERVER_TIMEOUT_S
+                self.env.setdefault("CHARON_STORAGE_TIMEOUT", "60")
         else:
             self.env.pop("CHARON_STORAGE_URI", None)
         if data_dir is not None:

@@ -125,7 +125,9 @@ def _pool_out(pool: Pool, *, detailed: bool) -> dict[str, Any]:
 
 async def _check_reachable(pool: Pool, namespace: str) -> None:
     """400 unless the pool's URI opens a driver that answers, so a typo never becomes a pool."""
-    store: Store = open_store(pool.uri, namespace=pool_namespace(pool, namespace))
+    store: Store = open_store(
+        pool.uri, namespace=pool_namespace(pool, namespace), timeout=URI_CHECK_TIMEOUT_S
+    )
     try:
         await asyncio.wait_for(store.ping(), URI_CHECK_TIMEOUT_S)
     except (StorageUnavailable, TimeoutError) as exc:

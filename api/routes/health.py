@@ -15,7 +15,7 @@ from api.params import CheckedRoute
 from api.render import json_response
 from api.routes.admin import is_admin
 from api.schemas import ErrorOut, HealthOut
-from core.errors import StorageUnavailable
+from core.errors import StorageFull, StorageUnavailable
 from storage.base import Store
 from storage.pooling.store import PooledStore
 
@@ -128,8 +128,12 @@ async def ping(request: Request) -> Response:
 @router.get(
     "/v2/health",
     response_model=HealthOut,
-    summary="Storage status",
-    responses={503: {"description": "The storage does not answer."}},
+    summary="Storage status: reachable, and writable (a full store refuses writes)",
+    description="Zaqar's health, plus `storage_writable`: the storage takes a write now (a probe key). "
+    "503 when it does not answer or refuses writes. `GET /v2/ping` answers only whether it is reachable, "
+    "so a load balancer keeps a service whose store is full (reads, claims and deletes still work, and "
+    "consumers free the space).",
+    responses={503: {"description": "The storage does not answer, or refuses writes."}},
 )
 async def health(store: StoreDep, request: Request) -> Response:
     """Zaqar's health: whether the storage answers; with pooling, an admin also sees the catalogue and each
@@ -140,7 +144,13 @@ async def health(store: StoreDep, request: Request) -> Response:
         await store.ping()
     except StorageUnavailable:
         return json_response({"storage_reachable": False}, status_code=503)
-    return json_response({"storage_reachable": True})
+    try:
+        await store.check_writable()
+    except StorageFull:
+        return json_response({"storage_reachable": True, "storage_writable": False}, status_code=503)
+    except StorageUnavailable:
+        return json_response({"storage_reachable": False}, status_code=503)
+    return json_response({"storage_reachable": True, "storage_writable": True})
 
 
 async def _pooled_health(store: PooledStore) -> Response:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Annotated
 from urllib.parse import urlencode
 
+import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import (
@@ -16,6 +19,7 @@ from api.deps import (
     QueueDep,
     StoreDep,
     call_of,
+    header_parameter,
     parameters,
     path_parameter,
     query_parameter,
@@ -48,7 +52,7 @@ from core.limits import (
     check_release_delay,
     is_valid_id,
 )
-from core.models import ClaimId, MessageId, NewMessage, Rejection
+from core.models import ClaimId, Idempotency, MessageId, NewMessage, Rejection
 
 CLAIM_ID_DOC = "The claim that holds the message."
 
@@ -57,6 +61,39 @@ router = APIRouter(
     tags=["messages"],
     responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
 )
+
+
+IDEMPOTENCY_DOC = (
+    "A key of your choosing (1 to 255 printable ASCII characters, optionally in double quotes as the "
+    "IETF httpapi draft's sf-string; no quote or backslash inside) that makes the post safe to repeat: a "
+    "post with the same key on the same queue within CHARON_IDEMPOTENCY_WINDOW (300 s) stores nothing and "
+    "answers the first post's resources; the same key with other messages answers 422. Use it to retry a "
+    "post whose answer was lost or was a 503 saying the outcome is unknown."
+)
+_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")
+
+
+def idempotency_key(request: Request) -> str | None:
+    sent = request.headers.getlist("idempotency-key")
+    if not sent:
+        return None
+    if len(sent) > 1:
+        raise InvalidInput("The Idempotency-Key header is sent more than once; send it exactly once.")
+    key = sent[0].strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]
+    if _KEY_RE.fullmatch(key) is None or '"' in key or "\\" in key:
+        raise InvalidInput(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters (in double quotes or not), with no "
+            f"quote or backslash inside; got {sent[0][:80]!r}."
+        )
+    return key
+
+
+def fingerprint(body: PostMessagesIn) -> str:
+    """What makes two posts the same: their messages, in order (object keys in any order)."""
+    given = [[m.body, m.ttl, m.delay, m.dead_letter_eligible] for m in body.messages]
+    return hashlib.sha256(orjson.dumps(given, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
@@ -74,8 +111,10 @@ def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
     status_code=201,
     response_model=PostedOut,
     summary="Post messages (the queue is created if absent)",
-    responses={413: {"model": ErrorOut}},
-    openapi_extra=json_body(PostMessagesIn, required=True),
+    responses={413: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    openapi_extra=parameters(
+        header_parameter("Idempotency-Key", IDEMPOTENCY_DOC), **json_body(PostMessagesIn, required=True)
+    ),
 )
 async def post_messages(request: Request) -> Response:
     call = call_of(request)
@@ -94,6 +133,11 @@ async def post_messages(request: Request) -> Response:
         new.append(
             NewMessage(body=m.body, ttl=m.ttl, delay=m.delay, dead_letter_eligible=m.dead_letter_eligible)
         )
+    key = idempotency_key(request)
+    once = None
+    if key is not None:
+        window_ms = request.app.state.settings.idempotency_window * 1000
+        once = Idempotency(key, fingerprint(body), window_ms)
     ids = await call.store.post_messages(
         q,
         new,
@@ -101,6 +145,7 @@ async def post_messages(request: Request) -> Response:
         default_ttl=limits.default_message_ttl,
         default_delay=0,
         body_size=posted.size,
+        idempotency=once,
     )
     base = f"/v2/queues/{q.name}/messages"
     return json_response(

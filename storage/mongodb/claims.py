@@ -7,7 +7,7 @@ from typing import Any
 from core.metadata import QueuePolicy
 from core.models import ClaimId, QueueRef
 from storage.mongodb.moves import dead_letter
-from storage.mongodb.queries import Doc, claim_candidates, claimable
+from storage.mongodb.queries import CLAIM_FIELDS, Doc, claim_candidates, claimable
 from storage.mongodb.schema import Collections, exhausted, gc_at
 
 CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
@@ -23,9 +23,11 @@ async def take_messages(
     until: int,
     keep_until: int,
     limit: int,
-) -> tuple[int, int, int]:
-    """Claim up to `limit` messages of `q` for `claim_id` until `until`, oldest first; returns (claimed,
-    dead-lettered, discarded).
+) -> tuple[list[Doc] | None, int, int]:
+    """Claim up to `limit` messages of `q` for `claim_id` until `until`, oldest first; returns (the claimed
+    messages' documents as they now are, dead-lettered, discarded). The documents are the candidates read
+    with the changes the claim made; when a round lost some of its candidates to another claimer, which
+    ones it got is known only by reading them back (claimed is then None; the caller reads).
 
     Each round reads the oldest claimable messages, up to the number still wanted. The exhausted ones are
     moved (or discarded); the others are claimed by one update_many that increments each one's claim count
@@ -37,18 +39,37 @@ async def take_messages(
     if policy.max_claim_count is not None:
         guard["cc"] = {"$lt": policy.max_claim_count}
     got = moved = discarded = 0
+    claimed: list[Doc] | None = []
     for _ in range(CLAIM_ROUNDS):
-        candidates = await claim_candidates(c, q, now, limit - got).to_list()
+        candidates = await claim_candidates(c, q, now, limit - got, CLAIM_FIELDS).to_list()
         if not candidates:
             break
         spent = [(d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if exhausted(policy, d["cc"])]
         m, d = await dead_letter(c, q, policy, spent, now=now, reason="max_claims")
         moved, discarded = moved + m, discarded + d
         fresh = [d for d in candidates if not exhausted(policy, d["cc"])]
-        got += await _claim_fresh(c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until)
+        n = await _claim_fresh(c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until)
+        got += n
+        if claimed is not None and n == len(fresh):
+            claimed += [_as_claimed(d, claim_id, until, keep_until, policy) for d in fresh]
+        elif n:
+            claimed = None
         if got >= limit:
             break
-    return got, moved, discarded
+    return claimed if got else [], moved, discarded
+
+
+def _as_claimed(doc: Doc, claim_id: ClaimId, until: int, keep_until: int, policy: QueuePolicy) -> Doc:
+    """A candidate's document with what _claim_fresh wrote to it."""
+    wait = policy.backoff.wait_ms(doc["_id"], doc["cc"] + 1) if policy.backoff else 0
+    return {
+        **doc,
+        "c": claim_id,
+        "ce": until,
+        "vis": until + wait,
+        "cc": doc["cc"] + 1,
+        "e": max(doc["e"], keep_until),
+    }
 
 
 async def _claim_fresh(

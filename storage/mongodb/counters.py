@@ -19,10 +19,12 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from pymongo import ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from core.errors import StorageUnavailable
+from core.errors import OutcomeUnknown, StorageUnavailable
 from core.models import QueueRef
+from storage.mongodb.errors import after_commit
 from storage.mongodb.queries import Doc
 from storage.mongodb.schema import Collections, queue_key
 
@@ -49,8 +51,11 @@ async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
 
 
 async def count(c: Collections, q: QueueRef, field: str, n: int) -> None:
-    """Add `n` to one of the queue's counters (n_dl, n_disc, n_rcv)."""
-    await c.counters.update_one(counter_key(q), {"$inc": {field: n}}, upsert=True)
+    """Add `n` to one of the queue's counters (n_dl, n_disc, n_rcv), after the moves it counts: a failure
+    leaves the counter short (as a crash there would), never fails the moves."""
+    await after_commit(
+        c.counters.update_one(counter_key(q), {"$inc": {field: n}}, upsert=True), f"counting {field}"
+    )
 
 
 async def _last_marker(c: Collections, q: QueueRef) -> int:
@@ -71,12 +76,14 @@ async def _heal(c: Collections, q: QueueRef, taken: int) -> int:
     return now_at
 
 
-def _contended(q: QueueRef) -> StorageUnavailable:
-    return StorageUnavailable(f"Queue {q.name!r} is too busy to take a marker; try again.")
+def _contended(q: QueueRef, *, partly: bool = False) -> StorageUnavailable:
+    cls = OutcomeUnknown if partly else StorageUnavailable
+    return cls(f"Queue {q.name!r} is too busy to take a marker.")
 
 
 async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> None:
-    """Insert `docs` into `q` in their order, giving them consecutive markers after the queue's last."""
+    """Insert `docs` into `q` in their order, giving them consecutive markers after the queue's last. Once
+    they are in, raising the counter is bookkeeping (the next writer heals a counter left behind)."""
     pending = list(docs)
     base = await _last_marker(c, q)
     for _ in range(MARKER_ATTEMPTS):
@@ -92,9 +99,20 @@ async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> N
             pending = pending[done:]
             base = await _heal(c, q, taken=base + 1 + done)
             continue
-        await _raise_counter(c, q, pending[-1]["k"])
+        await after_commit(_raise_counter(c, q, pending[-1]["k"]), "raising the marker counter")
         return
-    raise _contended(q)
+    raise _contended(q, partly=len(pending) < len(docs))
+
+
+async def reserve_markers(c: Collections, q: QueueRef, n: int) -> int:
+    """Take the next `n` markers of `q` for one writer alone (the counter goes past them first); returns the
+    first. For a write inside a transaction, which must not meet another writer's marker: a reader paging
+    by marker may pass these before that transaction commits (a wider form of the gap above)."""
+    doc = await c.counters.find_one_and_update(
+        counter_key(q), {"$inc": {"seq": n}}, upsert=True, return_document=ReturnDocument.AFTER
+    )
+    assert doc is not None  # an upsert returning the document after it
+    return int(doc["seq"]) - n + 1
 
 
 async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[tuple[Doc, Doc]]) -> int:
@@ -118,5 +136,5 @@ async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[t
         else:
             raise _contended(target)
     if moved:
-        await _raise_counter(c, target, marker - 1)
+        await after_commit(_raise_counter(c, target, marker - 1), "raising the marker counter")
     return moved

@@ -13,6 +13,9 @@ from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, M
 Doc = dict[str, Any]
 # The fields a dead-letter move reads from the message it moves (the claim fields let a caller guard on them).
 MOVE_FIELDS = {"cc": 1, "cr": 1, "e": 1, "dl": 1, "c": 1, "ce": 1, "ne": 1, "vis": 1}
+# What a claim reads of its candidates: everything but the indexing fields, so that it can answer with the
+# messages it claimed without reading them again.
+CLAIM_FIELDS = {"gc": 0, "bo": 0}
 
 
 def claimable(q: QueueRef, now: int) -> Doc:
@@ -24,10 +27,13 @@ def not_claimed(now: int) -> Doc:
     return {"$not": {"$gt": now}}  # no claim end, or one that has passed
 
 
-def claim_candidates(c: Collections, q: QueueRef, now: int, n: int) -> AsyncCursor[Doc]:
+def claim_candidates(
+    c: Collections, q: QueueRef, now: int, n: int, fields: Doc | None = None
+) -> AsyncCursor[Doc]:
     """The `n` oldest claimable messages of `q` (claim): the index keeps them in marker order and checks `vis`
     in its keys, so messages under a claim are skipped without being fetched."""
-    return c.messages.find(claimable(q, now), MOVE_FIELDS).sort("k", 1).hint(CLAIMABLE_INDEX).limit(n)
+    projection = MOVE_FIELDS if fields is None else fields
+    return c.messages.find(claimable(q, now), projection).sort("k", 1).hint(CLAIMABLE_INDEX).limit(n)
 
 
 def listing(

@@ -21,6 +21,8 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
   leases    _id (lease name), owner, until (ms)
   tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
             owner, lease (ms)
+  idempotency  _id {p, q, k (an Idempotency-Key)}: fp (the post's fingerprint), ids, until (ms: the end of its
+            window), gc (Date, TTL index). Written in the same transaction as the post's messages.
 
 A message lives in exactly one queue: moving it to a DLQ is one update_one of its `q` (and the DLQ fields),
 so no crash can leave it in two queues or none (ARCHITECTURE.md §3 promise 1).
@@ -61,6 +63,7 @@ class Collections:
     projects: AsyncCollection[dict[str, Any]]
     leases: AsyncCollection[dict[str, Any]]
     tasks: AsyncCollection[dict[str, Any]]
+    idempotency: AsyncCollection[dict[str, Any]]
     defaults: DeadLetterDefaults = field(default_factory=DeadLetterDefaults)
 
     @classmethod
@@ -75,6 +78,7 @@ class Collections:
             projects=db[f"{namespace}.projects"],
             leases=db[f"{namespace}.leases"],
             tasks=db[f"{namespace}.tasks"],
+            idempotency=db[f"{namespace}.idempotency"],
             defaults=defaults or DeadLetterDefaults(),
         )
 
@@ -98,6 +102,7 @@ class Collections:
             [("p", ASCENDING), ("q", ASCENDING), ("cr", ASCENDING)], name="by_queue"
         )
         await self.tasks.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
+        await self.idempotency.create_index([("gc", ASCENDING)], name="gc", expireAfterSeconds=0)
 
     async def policy(self, q: QueueRef) -> QueuePolicy:
         """The policy in force for `q`: its reserved metadata, with the operator's dead-letter defaults where
@@ -113,6 +118,7 @@ class Collections:
             self.projects,
             self.leases,
             self.tasks,
+            self.idempotency,
         ):
             await collection.drop()
 

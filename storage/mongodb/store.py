@@ -23,12 +23,14 @@ import orjson
 import pymongo
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.mongo_client import AsyncMongoClient
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.clock import Clock, SystemClock
 from core.errors import (
     ClaimMismatch,
     ClaimNotFound,
     Conflict,
+    IdempotencyKeyReused,
     MessageNotFound,
     NotFound,
     PayloadTooLarge,
@@ -39,6 +41,7 @@ from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Idempotency,
     Message,
     MessageId,
     MessageStamp,
@@ -52,9 +55,16 @@ from core.models import (
     Rejection,
     TaskId,
 )
+from storage.base import DEFAULT_TIMEOUT_S
 from storage.mongodb.claims import take_messages
-from storage.mongodb.counters import counter_key, ensure_queue, insert_in_order
-from storage.mongodb.errors import unavailable_as_domain_error
+from storage.mongodb.counters import (
+    MARKER_ATTEMPTS,
+    counter_key,
+    ensure_queue,
+    insert_in_order,
+    reserve_markers,
+)
+from storage.mongodb.errors import after_commit, unavailable_as_domain_error
 from storage.mongodb.metadata import write_metadata
 from storage.mongodb.moves import dead_letter, group_ids, housekeep
 from storage.mongodb.queries import Doc, claimable, held, held_by, listing, not_claimed
@@ -77,6 +87,32 @@ R = TypeVar("R")
 
 TRANSACTION_TIMEOUT_S = 10
 SERVER_SELECTION_TIMEOUT_MS = 5000  # unless the URI says otherwise: fail fast with 503, not after 30 s
+BACKGROUND_TIMEOUT_S = 60.0  # the sweeper's and a redrive step's deadline: more work, nobody waiting
+
+# Operations that change nothing a client asked for: a failure is "unavailable", never "outcome unknown".
+READS = frozenset(
+    {
+        "metadata_version",
+        "get_metadata",
+        "list_queues",
+        "stats",
+        "list_messages",
+        "get_messages",
+        "get_claim",
+        "get_redrive",
+        "list_redrives",
+        "ping",
+        "lease_redrives",
+        "release_redrive",
+    }
+)
+BACKGROUND = frozenset({"sweep", "redrive_step", "lease_redrives", "release_redrive"})
+
+
+def _marker_taken(exc: DuplicateKeyError | BulkWriteError) -> bool:
+    """Whether a duplicate key is a message marker (someone else's), not a message id or a record."""
+    text = str(exc.details if isinstance(exc, BulkWriteError) else exc)
+    return MARKER_INDEX in text
 
 
 def new_id() -> str:
@@ -86,13 +122,18 @@ def new_id() -> str:
 def _op(
     method: Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, R]]:
-    """Wraps every public operation: indexes made before the first query, connection errors mapped to
-    StorageUnavailable."""
+    """Wraps every public operation: indexes made before the first query, one deadline for all of it (the
+    store's timeout; PyMongo gives each command what is left), connection errors and timeouts mapped to
+    StorageUnavailable, or OutcomeUnknown for an operation that writes (it may have got part of the way)."""
+    write = method.__name__ not in READS
+    background = method.__name__ in BACKGROUND
 
     async def wrapper(self: MongoStore, *args: P.args, **kwargs: P.kwargs) -> R:
-        async with unavailable_as_domain_error():
-            await self._ready()
-            return await method(self, *args, **kwargs)
+        deadline = max(self._timeout, BACKGROUND_TIMEOUT_S) if background else self._timeout
+        with pymongo.timeout(deadline):
+            async with unavailable_as_domain_error(write=write):
+                await self._ready()
+                return await method(self, *args, **kwargs)
 
     return functools.wraps(method)(wrapper)  # type: ignore[return-value]  # wraps() loses the ParamSpec
 
@@ -106,8 +147,10 @@ class MongoStore:
         namespace: str = "charon",
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ):
         self._client = client
+        self._timeout = timeout
         self._c = Collections.of(client[database], namespace, defaults)
         self._clock = clock or SystemClock()
         self._indexed = False
@@ -122,17 +165,24 @@ class MongoStore:
         namespace: str = "charon",
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ) -> MongoStore:
-        """The database is the URI's (mongodb://host/<db>), else "charon"; collections are `<namespace>.*`."""
-        client, database = cls.client_from_url(url)
-        return cls(client, database=database, namespace=namespace, clock=clock, defaults=defaults)
+        """The database is the URI's (mongodb://host/<db>), else "charon"; collections are `<namespace>.*`.
+        `timeout`: seconds an operation may take in all before it fails with 503."""
+        client, database = cls.client_from_url(url, timeout)
+        return cls(
+            client, database=database, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout
+        )
 
     @staticmethod
-    def client_from_url(url: str) -> tuple[AsyncMongoClient[Doc], str]:
-        """The client and the URI's database (default "charon")."""
+    def client_from_url(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> tuple[AsyncMongoClient[Doc], str]:
+        """The client and the URI's database (default "charon"). Every operation is bounded by `timeout`
+        (PyMongo's timeoutMS), unless the URI sets its own; server selection too."""
         options: dict[str, Any] = {}
         if "serverselectiontimeoutms" not in url.lower():
-            options["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+            options["serverSelectionTimeoutMS"] = min(SERVER_SELECTION_TIMEOUT_MS, int(timeout * 1000))
+        if "timeoutms" not in url.lower().replace("selectiontimeoutms", ""):
+            options["timeoutMS"] = int(timeout * 1000)
         client: AsyncMongoClient[Doc] = AsyncMongoClient(url, **options)
         return client, client.get_default_database(default="charon").name
 
@@ -285,6 +335,7 @@ class MongoStore:
         default_ttl: int,
         default_delay: int,
         body_size: int,
+        idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
         now = self._now()
         ids = [MessageId(new_id()) for _ in messages]
@@ -325,8 +376,44 @@ class MongoStore:
             if not m.dead_letter_eligible:
                 doc["ne"] = True
             docs.append(doc)
+        if idempotency is not None:
+            return await self._post_once(q, docs, idempotency, now)
         await insert_in_order(self._c, q, docs)  # the markers (k) are set here
         return ids
+
+    async def _post_once(self, q: QueueRef, docs: list[Doc], once: Idempotency, now: int) -> list[MessageId]:
+        """A post with an Idempotency-Key: its messages and the key's record in one transaction, at markers
+        reserved for it beforehand (a transaction must not meet another writer's marker; a marker a plain
+        writer took meanwhile only costs a new reservation). A record still in its window answers instead."""
+        key = {"_id": {"p": q.project, "q": q.name, "k": once.key}}
+
+        async def post(s: AsyncClientSession) -> list[MessageId]:
+            record = await self._c.idempotency.find_one(key, session=s)
+            if record is not None and record["until"] > now:
+                if record["fp"] != once.fingerprint:
+                    raise IdempotencyKeyReused(
+                        "This Idempotency-Key was used for a post of other messages on this queue; use a new "
+                        "key for a new post."
+                    )
+                return [MessageId(i) for i in record["ids"]]
+            if record is not None:  # its window is over; the TTL index has not dropped it yet
+                await self._c.idempotency.delete_one(key, session=s)
+            await self._c.messages.insert_many(docs, session=s)
+            until = now + once.window_ms
+            fields = {"fp": once.fingerprint, "ids": [d["_id"] for d in docs], "until": until}
+            await self._c.idempotency.insert_one({**key, **fields, "gc": gc_at(until)}, session=s)
+            return [MessageId(d["_id"]) for d in docs]
+
+        for _ in range(MARKER_ATTEMPTS):
+            first = await reserve_markers(self._c, q, len(docs))
+            for i, doc in enumerate(docs):
+                doc["k"] = first + i
+            try:
+                return await self._transaction(post)
+            except (DuplicateKeyError, BulkWriteError) as exc:
+                if not _marker_taken(exc):
+                    raise
+        raise StorageUnavailable(f"Queue {q.name!r} is too busy to take a marker.")
 
     @_op
     async def list_messages(
@@ -415,36 +502,33 @@ class MongoStore:
 
     @_op
     async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+        """The claim's record first, then its messages: a failure between them leaves a record holding
+        nothing (dropped by its TTL index), never messages held by a claim nobody was told of. The messages
+        are answered from what the claim read and wrote, without reading them again."""
         now = self._now()
         claim_id = ClaimId(new_id())
         ce = now + ttl * 1000
         keep = ce + grace * 1000
         policy = await self._c.policy(q)
-        got, moved, discarded = await take_messages(
+        record = {
+            "_id": claim_id,
+            "p": q.project,
+            "q": q.name,
+            "ttl": ttl,
+            "grace": grace,
+            "cr": now,
+            "e": ce,
+        }
+        await self._c.claims.insert_one({**record, "gc": gc_at(keep)})
+        claimed, moved, discarded = await take_messages(
             self._c, q, policy, claim_id, now=now, until=ce, keep_until=keep, limit=limit
         )
-        if got == 0:
+        if claimed == []:
+            await after_commit(self._c.claims.delete_one({"_id": claim_id}), "dropping an empty claim")
             return ClaimResult(claim=None, dead_lettered=moved, discarded=discarded)
-        await self._c.claims.insert_one(
-            {
-                "_id": claim_id,
-                "p": q.project,
-                "q": q.name,
-                "ttl": ttl,
-                "grace": grace,
-                "cr": now,
-                "e": ce,
-                "gc": gc_at(keep),
-            }
-        )
+        held = await self._held(q, claim_id, now) if claimed is None else [message_of(d) for d in claimed]
         claim = Claim(
-            id=claim_id,
-            queue=q.name,
-            ttl=ttl,
-            grace=grace,
-            created_ms=now,
-            expires_ms=ce,
-            messages=await self._held(q, claim_id, now),
+            id=claim_id, queue=q.name, ttl=ttl, grace=grace, created_ms=now, expires_ms=ce, messages=held
         )
         return ClaimResult(claim=claim, dead_lettered=moved, discarded=discarded)
 
@@ -512,7 +596,8 @@ class MongoStore:
         now = self._now()
         docs = await held_by(self._c, q, claim_id, now).to_list()
         await self._release(q, claim_id, docs, now=now, delay=delay)
-        await self._c.claims.delete_one({"_id": claim_id, "p": q.project, "q": q.name})
+        record = self._c.claims.delete_one({"_id": claim_id, "p": q.project, "q": q.name})
+        await after_commit(record, "dropping a released claim")
 
     async def _held_one(self, q: QueueRef, message_id: MessageId, claim_id: ClaimId, now: int) -> Doc:
         """The message, if `claim_id` holds it now; else MessageNotFound or ClaimMismatch."""
@@ -569,25 +654,24 @@ class MongoStore:
     ) -> RedriveTask:
         now = self._now()
         counter = await self._c.counters.find_one(counter_key(q), {"seq": 1}) or {}
-        await self._c.tasks.insert_one(
-            {
-                "_id": task_id,
-                "p": q.project,
-                "q": q.name,
-                "status": "running",
-                "spec": spec.to_dict(),
-                "cr": now,
-                "up": now,
-                "end": int(counter.get("seq", 0)),
-                "cursor": 0,
-                "scanned": 0,
-                "moved": 0,
-                "skipped": 0,
-                "owner": owner,
-                "lease": now + lease_ms,
-            }
-        )
-        return await self.get_redrive(q, task_id)
+        doc = {
+            "_id": task_id,
+            "p": q.project,
+            "q": q.name,
+            "status": "running",
+            "spec": spec.to_dict(),
+            "cr": now,
+            "up": now,
+            "end": int(counter.get("seq", 0)),
+            "cursor": 0,
+            "scanned": 0,
+            "moved": 0,
+            "skipped": 0,
+            "owner": owner,
+            "lease": now + lease_ms,
+        }
+        await self._c.tasks.insert_one(dict(doc))  # (insert_one adds nothing to a document with an _id)
+        return task_of(doc)
 
     @_op
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
@@ -685,6 +769,10 @@ class MongoStore:
     @_op
     async def ping(self) -> None:
         await self._client.admin.command("ping")
+
+    @_op
+    async def check_writable(self) -> None:
+        await self._c.leases.update_one({"_id": "health"}, {"$set": {"until": self._now()}}, upsert=True)
 
     @_op
     async def drop_collections(self) -> None:

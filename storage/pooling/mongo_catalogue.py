@@ -18,6 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from core.models import QueueRef
+from storage.base import DEFAULT_TIMEOUT_S
 from storage.mongodb.errors import unavailable_as_domain_error
 from storage.mongodb.store import MongoStore
 from storage.pooling.catalogue import SHOWN_QUEUES, Flavor, Pool, pool_in_use
@@ -49,8 +50,10 @@ class MongoCatalogue:
         self._indexed = False
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "charon") -> MongoCatalogue:
-        client, database = MongoStore.client_from_url(url)
+    def from_url(
+        cls, url: str, *, namespace: str = "charon", timeout: float = DEFAULT_TIMEOUT_S
+    ) -> MongoCatalogue:
+        client, database = MongoStore.client_from_url(url, timeout)
         return cls(client, database=database, namespace=namespace)
 
     async def _ready(self) -> None:

@@ -11,6 +11,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from core.models import QueueRef
+from storage.base import DEFAULT_TIMEOUT_S
 from storage.pooling.catalogue import SHOWN_QUEUES, Flavor, Pool, pool_in_use
 from storage.redis.scripts import unavailable_as_domain_error
 from storage.redis.store import RedisStore
@@ -39,8 +40,10 @@ class RedisCatalogue:
         self._delete_pool = _script(client, "delete_pool")
 
     @classmethod
-    def from_url(cls, url: str, *, namespace: str = "charon") -> RedisCatalogue:
-        return cls(RedisStore.client_from_url(url), namespace=namespace)
+    def from_url(
+        cls, url: str, *, namespace: str = "charon", timeout: float = DEFAULT_TIMEOUT_S
+    ) -> RedisCatalogue:
+        return cls(RedisStore.client_from_url(url, timeout), namespace=namespace)
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}{name}"

@@ -29,6 +29,7 @@ from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Idempotency,
     Message,
     MessageId,
     NewMessage,
@@ -41,7 +42,7 @@ from core.models import (
     Rejection,
     TaskId,
 )
-from storage.base import Store
+from storage.base import DEFAULT_TIMEOUT_S, Store
 from storage.pooling.catalogue import Catalogue, Pool
 from storage.registry import open_store
 
@@ -68,8 +69,10 @@ class PooledStore:
         namespace: str = "charon",
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.catalogue = catalogue
+        self._timeout = timeout
         self._namespace = namespace
         self._clock = clock or SystemClock()
         self._defaults = defaults or DeadLetterDefaults()
@@ -98,6 +101,7 @@ class PooledStore:
             namespace=pool_namespace(pool, self._namespace),
             clock=self._clock,
             defaults=self._defaults,
+            timeout=self._timeout,
         )
         if entry is not None:
             self._retired.append(entry.store)  # requests in flight may still use it; closed at aclose()
@@ -262,6 +266,7 @@ class PooledStore:
         default_ttl: int,
         default_delay: int,
         body_size: int,
+        idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
         store = await self.pool_store(await self._place(q, {}))
         return await store.post_messages(
@@ -271,6 +276,7 @@ class PooledStore:
             default_ttl=default_ttl,
             default_delay=default_delay,
             body_size=body_size,
+            idempotency=idempotency,
         )
 
     async def list_messages(
@@ -443,6 +449,10 @@ class PooledStore:
         await self.catalogue.ping()
         for _, store in await self._each_pool():
             await store.ping()
+
+    async def check_writable(self) -> None:
+        for _, store in await self._each_pool():
+            await store.check_writable()
 
     async def pool_health(self) -> dict[str, bool]:
         """Whether each pool answers, by name (the admin's detailed health)."""

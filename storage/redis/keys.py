@@ -57,6 +57,11 @@ def sweeper_lease_key(namespace: str) -> str:
     return f"{namespace}:sweeper-lease"
 
 
+def health_key(namespace: str) -> str:
+    """STRING written by GET /v2/health to see whether Redis takes writes (expires after 10 s)."""
+    return f"{namespace}:health"
+
+
 def full_scan_key(namespace: str) -> str:
     return f"{namespace}:sweeper-full-scan"
 
@@ -77,6 +82,10 @@ class QueueKeys:
     @property
     def queues(self) -> str:
         return f"{self.prefix}queues"
+
+    def idempotency(self, key: str) -> str:
+        """HASH fp (the post's fingerprint), ids, until: an Idempotency-Key's record (post_messages.lua)."""
+        return f"{self.queue}:idem:{key}"
 
     def all(self) -> list[str]:
         """The KEYS every queue script takes, in lib.lua's keys_from() order."""

@@ -41,7 +41,22 @@ SCRIPT_NAMES = (
     "redrive_step",
 )
 
+# Scripts that change nothing a client asked for (their housekeeping is the service's own): a failure after
+# one was sent is just "unavailable", never "the outcome is unknown".
+READ_SCRIPTS = frozenset({"list_messages", "get_messages", "stats", "get_claim"})
+
 _ERRORS: dict[str, type[errors.CharonError]] = {
+    # Redis refusing writes: maxmemory with noeviction ("OOM"), a failing disk ("MISCONF"). A script is
+    # refused only before its first write (Redis will not stop one half-way), so nothing was changed.
+    "OOM": errors.StorageFull,
+    "MISCONF": errors.StorageFull,
+    # Redis not serving now: starting up, a script running too long, a replica, a cluster without quorum.
+    "LOADING": errors.StorageUnavailable,
+    "BUSY": errors.StorageUnavailable,
+    "READONLY": errors.StorageUnavailable,
+    "MASTERDOWN": errors.StorageUnavailable,
+    "CLUSTERDOWN": errors.StorageUnavailable,
+    "TRYAGAIN": errors.StorageUnavailable,
     "CHARON_TOO_LARGE": errors.PayloadTooLarge,
     "CHARON_NO_CLAIM": errors.ClaimNotFound,
     "CHARON_CLAIMED": errors.ClaimMismatch,
@@ -50,6 +65,7 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     "CHARON_NO_MESSAGE": errors.MessageNotFound,
     "CHARON_NO_DLQ": errors.Conflict,
     "CHARON_NO_TASK": errors.NotFound,
+    "CHARON_IDEMPOTENCY": errors.IdempotencyKeyReused,
 }
 
 
@@ -76,11 +92,20 @@ def _defaults_lua(defaults: DeadLetterDefaults) -> str:
 
 
 def domain_error(exc: ResponseError) -> errors.CharonError | None:
-    """The domain error a script raised with redis.error_reply('CHARON_<CODE> description'), if any."""
+    """The domain error a script raised with redis.error_reply('CHARON_<CODE> description'), or the one a
+    Redis error reply about the server's state stands for (OOM, LOADING, ...), if any."""
     text = str(exc)
     code, _, description = text.partition(" ")
+    # redis-py takes the code off the replies it knows (OOM, READONLY, ...) and keeps it in status_code
+    known = getattr(exc, "status_code", None)
+    if isinstance(known, str) and known in _ERRORS:
+        code, description = known, text
     cls = _ERRORS.get(code)
-    return cls(description) if cls else None
+    if cls is None:
+        return None
+    if code.startswith("CHARON_"):
+        return cls(description)
+    return cls(f"Redis answered {code} {description[:200]}.")
 
 
 def raise_as_domain_error(exc: ResponseError) -> NoReturn:
@@ -96,6 +121,20 @@ async def run(script: AsyncScript, keys: Sequence[str | bytes], args: list[Any])
         return await script(keys=keys, args=args)
     except ResponseError as exc:
         raise_as_domain_error(exc)
+
+
+def connection_error(exc: Exception, *, sent: bool) -> errors.StorageUnavailable:
+    """A connection failure or timeout as a domain error: OutcomeUnknown once a write was `sent` (it may
+    have run), StorageUnavailable before (nothing was changed)."""
+    if sent:
+        return errors.OutcomeUnknown(f"Redis stopped answering ({exc}).")
+    return errors.StorageUnavailable(f"Redis is not reachable ({exc}).")
+
+
+def before_sending(exc: Exception) -> bool:
+    """Whether a failure of redis-py's own command path happened before the command went out: connecting
+    (refused, or timed out) is; reading, or writing part of a command, is not known to be."""
+    return "connecting" in str(exc)
 
 
 class DirectScripts:
@@ -116,23 +155,39 @@ class DirectScripts:
         self._scripts = scripts
         self._idle: list[Any] = []
 
-    async def __call__(self, name: str, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+    async def __call__(
+        self, name: str, keys: Sequence[str | bytes], args: list[Any], *, write: bool = True
+    ) -> Any:
+        """One EVALSHA. A kept connection that the server closed meanwhile (a restart) is replaced before
+        anything is sent, and a failure while sending on a kept one is tried once more on a new one: the
+        script cannot have run. A failure once the command is out is never retried (the script may have
+        run): OutcomeUnknown for a `write`, StorageUnavailable otherwise."""
         script = self._scripts[name]
-        reused = bool(self._idle)
-        conn = self._idle.pop() if reused else self._new()
+        conn = self._idle.pop() if self._idle else None
+        if conn is not None and _closed(conn):
+            await conn.disconnect(nowait=True)
+            conn = None
+        reused = conn is not None
+        conn = conn or self._new()
+        sent = False
         try:
             try:
-                result = await self._evalsha(conn, script, keys, args)
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
             except (RedisConnectionError, RedisTimeoutError):
+                await conn.disconnect(nowait=True)
                 if not reused:
                     raise
-                await conn.disconnect(nowait=True)
                 conn = self._new()
-                result = await self._evalsha(conn, script, keys, args)
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            sent = write
+            result = await self._reply(conn, script, keys, args)
         except ResponseError as exc:
             await self._keep(conn)  # the server answered: the connection is in a clean state
             raise_as_domain_error(exc)
-        except BaseException:  # a broken connection, or a cancelled call with its reply still to come
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            await conn.disconnect(nowait=True)
+            raise connection_error(exc, sent=sent) from None
+        except BaseException:  # a cancelled call with its reply still to come
             await conn.disconnect(nowait=True)
             raise
         await self._keep(conn)
@@ -149,11 +204,10 @@ class DirectScripts:
         return self._pool.make_connection()  # type: ignore[no-untyped-call]
 
     @staticmethod
-    async def _evalsha(conn: Any, script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
-        await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    async def _reply(conn: Any, script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         try:
             return await conn.read_response()
-        except NoScriptError:  # the server restarted or was flushed: load it and go on
+        except NoScriptError:  # the server restarted or was flushed (the script did not run): load it, go on
             await conn.send_command("SCRIPT", "LOAD", script.script)
             await conn.read_response()
             await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -165,9 +219,23 @@ class DirectScripts:
             await conn.disconnect()
 
 
+def _closed(conn: Any) -> bool:
+    """Whether the server has closed this kept connection (its reader saw the end of the stream)."""
+    reader = getattr(conn, "_reader", None)
+    return reader is None or reader.at_eof()
+
+
 @asynccontextmanager
-async def unavailable_as_domain_error() -> AsyncIterator[None]:
+async def unavailable_as_domain_error(*, write: bool = False) -> AsyncIterator[None]:
+    """Redis failures through redis-py's own command path as domain errors: a connection failure or timeout
+    as StorageUnavailable (OutcomeUnknown for a `write` that got past connecting), and the server's refusals
+    (OOM, LOADING, ...) as their domain errors; a script's CHARON_* reply stays with run()."""
     try:
         yield
     except (RedisConnectionError, RedisTimeoutError) as exc:
-        raise errors.StorageUnavailable(f"Redis is not reachable ({exc}).") from None
+        raise connection_error(exc, sent=write and not before_sending(exc)) from None
+    except ResponseError as exc:
+        mapped = domain_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from None

@@ -8,23 +8,28 @@ the project's hash tag (keys.py), so Redis Cluster works too.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.clock import Clock, SystemClock
-from core.errors import InvalidInput, NotFound
+from core.errors import CharonError, InvalidInput, NotFound, StorageFull
 from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
     DeadLetter,
+    Idempotency,
     Message,
     MessageId,
     MessageStamp,
@@ -38,10 +43,12 @@ from core.models import (
     Rejection,
     TaskId,
 )
+from storage.base import DEFAULT_TIMEOUT_S
 from storage.redis.keys import (
     QueueKeys,
     due_projects_key,
     full_scan_key,
+    health_key,
     project_prefix,
     projects_key,
     sweeper_lease_key,
@@ -50,7 +57,13 @@ from storage.redis.keys import (
     tasks_key,
     touched_key,
 )
-from storage.redis.scripts import DirectScripts, load_scripts, run, unavailable_as_domain_error
+from storage.redis.scripts import (
+    READ_SCRIPTS,
+    DirectScripts,
+    load_scripts,
+    run,
+    unavailable_as_domain_error,
+)
 
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
@@ -60,6 +73,21 @@ FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair w
 
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+Client = aioredis.Redis | aioredis.RedisCluster
+
+log = logging.getLogger("charon.redis")
+
+
+class Cluster(aioredis.RedisCluster):
+    """A RedisCluster that finishes initializing before its first command starts. redis-py 8 resolves a
+    command's policy before it initializes, and concurrent first commands then met connections the
+    initialization closed ("Connection closed by server"): with no retries (a script sent again could run
+    twice), 358 of 480 such commands failed in a check here, none with this."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
 
 
 def cluster_options(url: str) -> dict[str, Any]:
@@ -179,6 +207,7 @@ class RedisStore:
         defaults: DeadLetterDefaults | None = None,
     ):
         self._client = client
+        self._unmarked: set[str] = set()  # projects whose touched mark failed: marked at the next sweep
         self._namespace = namespace
         self._clock = clock or SystemClock()
         self._scripts = load_scripts(client, defaults)
@@ -195,16 +224,27 @@ class RedisStore:
         namespace: str = "charon",
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ) -> RedisStore:
         """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
-        (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes."""
-        return cls(cls.client_from_url(url), namespace=namespace, clock=clock, defaults=defaults)
+        (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes. `timeout`: seconds a
+        call may wait for the server (connecting, or for an answer) before it fails with 503."""
+        return cls(cls.client_from_url(url, timeout), namespace=namespace, clock=clock, defaults=defaults)
 
     @staticmethod
-    def client_from_url(url: str) -> aioredis.Redis | aioredis.RedisCluster:
+    def client_from_url(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Client:
+        """redis-py retries a command whose connection failed; here only once, and never after a timeout:
+        a script sent again after it timed out could run twice (queue scripts take the DirectScripts path,
+        which retries only when nothing was sent; a cluster's scripts are not retried at all)."""
+        bounded: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if urlsplit(url).scheme in CLUSTER_SCHEMES:
-            return aioredis.RedisCluster(**cluster_options(url), decode_responses=True)
-        return aioredis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+            return Cluster(
+                **cluster_options(url), decode_responses=True, retry=Retry(NoBackoff(), 0), **bounded
+            )
+        once = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        return aioredis.Redis.from_url(
+            url, decode_responses=True, health_check_interval=30, retry=once, **bounded
+        )
 
     def _script_keys(self, q: QueueRef) -> tuple[list[bytes], bytes, bytes]:
         """A queue script's KEYS and its first two ARGV (prefix, name), encoded once per queue and kept: on
@@ -218,32 +258,55 @@ class RedisStore:
             self._keys[q] = cached
         return cached
 
-    async def _call(self, name: str, q: QueueRef, *args: Any) -> Any:
+    async def _call(self, name: str, q: QueueRef, *args: Any, extra_keys: Sequence[str] = ()) -> Any:
         keys, prefix, queue_name = self._script_keys(q)
-        async with unavailable_as_domain_error():
-            if q.project not in self._registered:  # for the sweeper's periodic full scan
-                # marked first, so that a burst of first calls sends one SADD, not one each
-                self._registered.add(q.project)
-                try:
-                    await self._client.sadd(projects_key(self._namespace), q.project)
-                except BaseException:
-                    self._registered.discard(q.project)
-                    raise
-            argv = [prefix, queue_name, self._clock.now_ms(), *args]
-            if self._direct is not None:
-                return await self._direct(name, keys, argv)
+        if extra_keys:
+            keys = [*keys, *(k.encode() for k in extra_keys)]
+        if q.project not in self._registered:
+            await self._register(q.project)
+        write = name not in READ_SCRIPTS
+        argv = [prefix, queue_name, self._clock.now_ms(), *args]
+        if self._direct is not None:
+            return await self._direct(name, keys, argv, write=write)
+        async with unavailable_as_domain_error(write=write):
             return await run(self._scripts[name], keys, argv)
 
-    async def _call_scheduling(self, name: str, q: QueueRef, *args: Any) -> list[Any]:
+    async def _register(self, project: str) -> None:
+        """Put the project in the sweeper's list (its periodic full scan walks it), once per process.
+        Marked first, so that a burst of first calls sends one SADD, not one each. A full Redis refuses the
+        SADD: the call goes on (it may free space) and a later one registers the project."""
+        self._registered.add(project)
+        try:
+            async with unavailable_as_domain_error():
+                await self._client.sadd(projects_key(self._namespace), project)
+        except StorageFull:
+            self._registered.discard(project)
+        except BaseException:
+            self._registered.discard(project)
+            raise
+
+    async def _call_scheduling(
+        self, name: str, q: QueueRef, *args: Any, extra_keys: Sequence[str] = ()
+    ) -> list[Any]:
         """_call() for the scripts that may move the project's earliest due time earlier (lib.lua SWEEP):
         they return that flag first, and then the project is marked touched so the sweeper looks at it.
-        A crash between the two loses the mark; the sweeper's periodic full scan repairs that."""
-        out: list[Any] = await self._call(name, q, *args)
+        The script's work is done by then, so a failing mark never fails the call: it is tried again at
+        this process's next sweep, and a mark lost with the process is repaired by the periodic full scan."""
+        out: list[Any] = await self._call(name, q, *args, extra_keys=extra_keys)
         lowered, *result = out
         if lowered:
-            async with unavailable_as_domain_error():
-                await self._client.sadd(touched_key(self._namespace), q.project)
+            await self._mark_touched([q.project])
         return result
+
+    async def _mark_touched(self, projects: list[str]) -> None:
+        try:
+            async with unavailable_as_domain_error():
+                await self._client.sadd(touched_key(self._namespace), *projects)
+        except CharonError as exc:
+            self._unmarked.update(projects)
+            log.debug("touched mark deferred (%s)", exc.description)
+        else:
+            self._unmarked.difference_update(projects)
 
     # -- queues -------------------------------------------------------------------------------------------
 
@@ -334,6 +397,7 @@ class RedisStore:
         default_ttl: int,
         default_delay: int,
         body_size: int,
+        idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
         ids = [MessageId(new_id()) for _ in messages]
         fields: list[str] = []
@@ -346,10 +410,14 @@ class RedisStore:
                 orjson.dumps(m.body).decode(),  # orjson escapes every control character: no raw "\x1f"
             ]
         packed = "\x1f".join(fields)
-        await self._call_scheduling(
-            "post_messages", q, client_id, default_ttl, default_delay, body_size, packed
-        )
-        return ids
+        args: list[Any] = [client_id, default_ttl, default_delay, body_size, packed]
+        if idempotency is None:
+            await self._call_scheduling("post_messages", q, *args)
+            return ids
+        record = QueueKeys.of(self._namespace, q).idempotency(idempotency.key)
+        args += [idempotency.fingerprint, idempotency.window_ms]
+        n, *earlier = await self._call_scheduling("post_messages", q, *args, extra_keys=[record])
+        return [MessageId(i) for i in earlier[0].split(",")] if n == -1 else ids
 
     async def list_messages(
         self,
@@ -448,7 +516,13 @@ class RedisStore:
     async def create_redrive(
         self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
     ) -> RedriveTask:
-        await self._call(
+        """The global index entry first (one pointing at no task is dropped by lease_redrives), then the task
+        with the DLQ's index (one script): a crash between them leaves nothing a runner cannot adopt, and
+        once the script ran the task is answered from what it returned, with no read that could fail."""
+        now = self._clock.now_ms()
+        async with unavailable_as_domain_error(write=True):
+            await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): now + lease_ms})
+        last = await self._call(
             "task_create",
             q,
             task_id,
@@ -462,10 +536,16 @@ class RedisStore:
             owner,
             lease_ms,
         )
-        lease_ends = self._clock.now_ms() + lease_ms
-        async with unavailable_as_domain_error():
-            await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): lease_ends})
-        return await self.get_redrive(q, task_id)
+        return RedriveTask(
+            id=task_id,
+            queue=q.name,
+            spec=spec,
+            status="running",
+            created_ms=now,
+            updated_ms=now,
+            end_marker=int(last),
+            owner=owner,
+        )
 
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         async with unavailable_as_domain_error():
@@ -521,14 +601,34 @@ class RedisStore:
     async def redrive_step(
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:
-        status, *_ = await self._call_scheduling("redrive_step", q, task_id, owner, lease_ms, batch)
+        """The step is one script, which returns the task as it leaves it; the global index is then brought
+        along. That is a hint only (task_lease reads the task's own lease), so a failure there never fails a
+        step whose moves are done."""
+        out = await self._call_scheduling("redrive_step", q, task_id, owner, lease_ms, batch)
+        status, cursor, scanned, moved, skipped, end, created, updated, spec, holder = out
         member = _task_member(q, task_id)
-        async with unavailable_as_domain_error():
-            if status == "running":
-                await self._client.zadd(tasks_key(self._namespace), {member: self._clock.now_ms() + lease_ms})
-            else:
-                await self._client.zrem(tasks_key(self._namespace), member)
-        return await self.get_redrive(q, task_id)
+        try:
+            async with unavailable_as_domain_error():
+                if status == "running":
+                    await self._client.zadd(tasks_key(self._namespace), {member: int(updated) + lease_ms})
+                else:
+                    await self._client.zrem(tasks_key(self._namespace), member)
+        except CharonError as exc:
+            log.debug("redrive index not updated (%s)", exc.description)
+        return RedriveTask(
+            id=task_id,
+            queue=q.name,
+            spec=RedriveSpec.from_dict(orjson.loads(spec)),
+            status=status,
+            created_ms=int(created),
+            updated_ms=int(updated),
+            end_marker=int(end),
+            cursor=int(cursor),
+            scanned=int(scanned),
+            moved=int(moved),
+            skipped=int(skipped),
+            owner=holder,
+        )
 
     # -- sweeper ------------------------------------------------------------------------------------------
 
@@ -544,13 +644,19 @@ class RedisStore:
         """
         now = self._clock.now_ms()
         ns = self._namespace
+        if self._unmarked:
+            await self._mark_touched(list(self._unmarked))
         async with unavailable_as_domain_error():
-            if lease_ms > 0 and not await self._client.set(
-                sweeper_lease_key(ns), self._lease_token, nx=True, px=lease_ms
+            # A full Redis refuses SET (it may grow memory): sweep then without the lease (the work frees
+            # memory, and doing it twice is harmless) and without the full scan (its mark is a SET too).
+            if lease_ms > 0 and not await self._unless_full(
+                self._client.set(sweeper_lease_key(ns), self._lease_token, nx=True, px=lease_ms), True
             ):
                 return None
             visited = 0
-            if await self._client.set(full_scan_key(ns), self._lease_token, nx=True, px=FULL_SCAN_MS):
+            if await self._unless_full(
+                self._client.set(full_scan_key(ns), self._lease_token, nx=True, px=FULL_SCAN_MS), False
+            ):
                 cursor = 0
                 while True:
                     cursor, page = await self._client.sscan(
@@ -569,6 +675,15 @@ class RedisStore:
                     [str(p) for p in due[i : i + SWEEP_PROJECTS_PER_ROUND]], now
                 )
             return visited
+
+    @staticmethod
+    async def _unless_full(command: Awaitable[Any], when_full: bool) -> bool:
+        """Whether a bookkeeping SET succeeded; `when_full` if Redis refused it for want of memory."""
+        try:
+            async with unavailable_as_domain_error():
+                return bool(await command)
+        except StorageFull:
+            return when_full
 
     async def _sweep_projects(self, projects: list[str], now: int) -> int:
         """Sweep what is due in `projects` and record each one's next due time."""
@@ -595,13 +710,16 @@ class RedisStore:
                 if int(r[2]) >= 0:
                     next_due[project] = int(r[2])
             pending = [p for p, r in zip(pending, results, strict=True) if int(r[1]) > 0]
-        async with self._client.pipeline(transaction=False) as pipe:
-            if next_due:
-                pipe.zadd(due_projects_key(self._namespace), next_due)
-            idle = [p for p in projects if p not in next_due]
-            if idle:
-                pipe.zrem(due_projects_key(self._namespace), *idle)
-            await pipe.execute()
+        try:
+            async with unavailable_as_domain_error(), self._client.pipeline(transaction=False) as pipe:
+                if next_due:
+                    pipe.zadd(due_projects_key(self._namespace), next_due)
+                idle = [p for p in projects if p not in next_due]
+                if idle:
+                    pipe.zrem(due_projects_key(self._namespace), *idle)
+                await pipe.execute()
+        except StorageFull:  # the work is done; the record is repaired by a later sweep or the full scan
+            self._unmarked.update(next_due)
         return visited
 
     async def _sweep_scripts(self, prefixes: list[str], now: int) -> list[Any]:
@@ -626,6 +744,10 @@ class RedisStore:
     async def ping(self) -> None:
         async with unavailable_as_domain_error():
             await self._client.ping()
+
+    async def check_writable(self) -> None:
+        async with unavailable_as_domain_error():
+            await self._client.set(health_key(self._namespace), self._lease_token, px=10_000)
 
     async def aclose(self) -> None:
         if self._direct is not None:

@@ -172,7 +172,7 @@ def test_kill_9_during_a_dead_letter_storm_loses_and_duplicates_nothing(backend:
 
         # And through the API: every message once in the DLQ, each claimed 3 times at the source.
         seen: list[str] = []
-        url: str | None = "/v2/queues/storm.dlq/messages?limit=20&echo=true"
+        url: str | None = "/v2/queues/storm.dlq/messages?limit=20&echo=true&provenance=true"
         with httpx.Client(base_url=service.url, headers=HEADERS) as c:
             while url:
                 page = c.get(url).json()

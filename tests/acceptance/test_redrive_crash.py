@@ -32,7 +32,7 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[CharonProce
 
 def all_ids(c: httpx.Client, queue: str) -> list[str]:
     ids: list[str] = []
-    url: str | None = f"/v2/queues/{queue}/messages?limit=20&echo=true&include_claimed=true"
+    url: str | None = f"/v2/queues/{queue}/messages?limit=20&echo=true&include_claimed=true&provenance=true"
     while url:
         page = c.get(url).json()
         ids += [m["id"] for m in page["messages"] if m["dead_letter"]["redrive_count"] == 1 or queue != "src"]

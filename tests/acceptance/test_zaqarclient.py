@@ -31,7 +31,7 @@ def make_client(server: CharonProcess, project: str = "zc-project") -> Any:
 def test_service_calls(server: CharonProcess) -> None:
     client = make_client(server)
     assert client.ping() is True
-    assert client.health() == {"storage_reachable": True}
+    assert client.health() == {"storage_reachable": True, "storage_writable": True}
     assert "rel/queues" in client.homedoc()["resources"]
 
 
@@ -133,25 +133,32 @@ def dead_letter_one(client: Any, queue: str) -> Any:
     return client.queue(f"{queue}-dlq", auto_create=False)
 
 
-def test_dlq_consumers_with_provenance_off(storage_uri: str) -> None:
-    """python-zaqarclient rejects message fields it does not know, so a deployment whose DLQ consumers use it
-    runs with CHARON_PROVENANCE=false; claims, gets and listings of the DLQ then work unchanged."""
+def test_dlq_consumers_with_default_settings(server: CharonProcess) -> None:
+    """python-zaqarclient refuses message fields it does not know: with the service's defaults, claims, gets,
+    listings and pops of a DLQ work unchanged (provenance is one parameter away, not on by default)."""
+    dlq = dead_letter_one(make_client(server), "zc-work")
+    [listed] = list(dlq.messages(echo=True))
+    assert dlq.message(listed.id).body == "poison"
+    assert [m.body for m in dlq.messages(listed.id)] == ["poison"]
+    [claimed] = list(dlq.claim(ttl=60, grace=60, limit=5))
+    assert claimed.body == "poison"
+    claimed.delete()
+    assert dlq.stats["messages"]["total"] == 0
+    again = dead_letter_one(make_client(server), "zc-work-pop")
+    assert [m.body for m in again.pop(count=1)] == ["poison"]
+
+
+def test_provenance_on_by_setting_can_be_turned_off_per_request(storage_uri: str) -> None:
+    """A deployment with CHARON_PROVENANCE=true: the client asks without it (`provenance=False` passes
+    through the client's listing arguments) and reads the DLQ."""
     proc = CharonProcess(
-        storage_uri, namespace=f"zc{uuid.uuid4().hex[:8]}", env={"CHARON_PROVENANCE": "false"}
+        storage_uri, namespace=f"zc{uuid.uuid4().hex[:8]}", env={"CHARON_PROVENANCE": "true"}
     )
     proc.start()
     try:
-        dlq = dead_letter_one(make_client(proc), "zc-work")
-        [listed] = list(dlq.messages(echo=True))
-        assert dlq.message(listed.id).body == "poison"
-        [claimed] = list(dlq.claim(ttl=60, grace=60, limit=5))
-        assert claimed.body == "poison"
-        claimed.delete()
-        assert dlq.stats["messages"]["total"] == 0
+        dlq = dead_letter_one(make_client(proc), "zc-work2")
+        assert [m.body for m in dlq.messages(echo=True, provenance=False)] == ["poison"]
+        with pytest.raises(TypeError, match="dead_letter"):
+            list(dlq.messages(echo=True))
     finally:
         proc.stop()
-
-
-def test_dlq_listing_with_provenance_turned_off_per_request(server: CharonProcess) -> None:
-    dlq = dead_letter_one(make_client(server), "zc-work2")
-    assert [m.body for m in dlq.messages(echo=True, provenance=False)] == ["poison"]

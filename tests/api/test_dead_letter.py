@@ -42,7 +42,7 @@ async def test_walk_through_three_claims_then_the_dlq(client: httpx.AsyncClient,
         clock.advance(1)
     assert await claim_and_release(client, "orders") == []  # moved when the third claim was released
 
-    r = await client.get(f"/v2/queues/orders.dlq/messages/{mid}")
+    r = await client.get(f"/v2/queues/orders.dlq/messages/{mid}?provenance=true")
     assert r.status_code == 200, r.text
     got = r.json()
     MessageOut.model_validate(got)
@@ -60,13 +60,16 @@ async def test_walk_through_three_claims_then_the_dlq(client: httpx.AsyncClient,
     assert (source["total"], source["dead_lettered"], source["discarded"]) == (0, 1, 0)
     assert (dlq["total"], dlq["free"], dlq["dead_letters_received"]) == (1, 1, 1)
 
-    claim = await client.post("/v2/queues/orders.dlq/claims", json={"ttl": 60})
+    plain = (await client.get(f"/v2/queues/orders.dlq/messages/{mid}")).json()
+    assert "dead_letter" not in plain  # by default: what python-zaqarclient reads
+    claim = await client.post("/v2/queues/orders.dlq/claims?provenance=true", json={"ttl": 60})
     assert claim.status_code == 201  # claimable in the DLQ at once
     assert claim.json()["messages"][0]["dead_letter"]["source_queue"] == "orders"
-    held = await client.get(claim.headers["location"])
+    held = await client.get(claim.headers["location"], params={"provenance": "true"})
     assert held.json()["messages"][0]["dead_letter"]["claim_count"] == 3
     listing = await client.get(
-        "/v2/queues/orders.dlq/messages", params={"include_claimed": "true", "echo": "true"}
+        "/v2/queues/orders.dlq/messages",
+        params={"include_claimed": "true", "echo": "true", "provenance": "true"},
     )
     assert listing.status_code == 200  # Zaqar 23.0.1 answers 503 here
     [listed] = listing.json()["messages"]

@@ -133,7 +133,7 @@ async def test_reject_over_http(client: httpx.AsyncClient, clock: ManualClock) -
     r = await client.post(url, json={"reason": "bad schema", "description": "sku is null"})
     assert r.status_code == 200, r.text
     assert r.json() == {"outcome": "moved"}
-    got = (await client.get(f"/v2/queues/orders.dlq/messages/{mid}")).json()
+    got = (await client.get(f"/v2/queues/orders.dlq/messages/{mid}?provenance=true")).json()
     MessageOut.model_validate(got)
     assert got["dead_letter"]["reason"] == "rejected"
     assert got["dead_letter"]["rejection"] == {"reason": "bad schema", "description": "sku is null"}
@@ -151,13 +151,14 @@ async def test_expiry_to_dlq_and_eligibility_over_http(
     )
     assert r.status_code == 201
     keep, drop = (h.rsplit("/", 1)[1] for h in r.json()["resources"])
-    shown = (await client.get(f"/v2/queues/orders/messages/{drop}")).json()
+    assert "dead_letter_eligible" not in (await client.get(f"/v2/queues/orders/messages/{drop}")).json()
+    shown = (await client.get(f"/v2/queues/orders/messages/{drop}?provenance=true")).json()
     assert (shown["ttl"], shown["dead_letter_eligible"]) == (60, False)
     bad = {"messages": [{"body": 1, "dead_letter_eligible": "no"}]}
     assert (await client.post("/v2/queues/orders/messages", json=bad)).status_code == 400
     clock.advance(60)
     await store.sweep()
-    got = (await client.get(f"/v2/queues/orders.dlq/messages/{keep}")).json()
+    got = (await client.get(f"/v2/queues/orders.dlq/messages/{keep}?provenance=true")).json()
     assert got["dead_letter"]["reason"] == "expired"
     assert (await client.get(f"/v2/queues/orders.dlq/messages/{drop}")).status_code == 404
     stats = (await client.get("/v2/queues/orders/stats")).json()["messages"]
@@ -182,7 +183,7 @@ async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: Manu
     assert r.status_code == 200, r.text
     task = RedriveTaskOut.model_validate(r.json())
     assert (task.status, task.progress.moved) == ("succeeded", 2)
-    back = (await client.get("/v2/queues/orders/messages?echo=true")).json()["messages"]
+    back = (await client.get("/v2/queues/orders/messages?echo=true&provenance=true")).json()["messages"]
     assert [(m["id"], m["claim_count"], m["dead_letter"]["redrive_count"]) for m in back] == [
         (ids[0], 0, 1),
         (ids[1], 0, 1),
@@ -267,7 +268,7 @@ async def test_auto_named_dlqs_over_http(defaulted_store: Store, clock: ManualCl
         for _ in range(2):
             cid, _ = await claim(client, "orders")
             await client.delete(f"/v2/queues/orders/claims/{cid}")
-        got = (await client.get(f"/v2/queues/orders.DLQ/messages/{mid}")).json()
+        got = (await client.get(f"/v2/queues/orders.DLQ/messages/{mid}?provenance=true")).json()
         assert got["dead_letter"]["source_queue"] == "orders"
         r = await client.put("/v2/queues/orders.DLQ", json={"_dead_letter_queue": "orders"})
         assert r.status_code == 400  # orders -> orders.DLQ (by the template) -> orders would be a cycle

@@ -22,7 +22,7 @@ async def test_versions_home_ping_health(client: httpx.AsyncClient) -> None:
     assert "rel/post_claim" in home.json()["resources"]
     assert (await client.get("/v2/ping")).status_code == 204
     assert (await client.head("/v2/ping")).status_code == 204
-    assert (await client.get("/v2/health")).json() == {"storage_reachable": True}
+    assert (await client.get("/v2/health")).json() == {"storage_reachable": True, "storage_writable": True}
 
 
 async def test_queue_lifecycle(client: httpx.AsyncClient) -> None:

@@ -285,6 +285,22 @@ async def test_405_says_which_methods_are_allowed(
     assert {m.strip() for m in r.headers["allow"].split(",")} == allowed
 
 
+async def test_head_answers_like_get_without_a_body(client: httpx.AsyncClient) -> None:
+    await post(client, "h", 1)
+    for url in (
+        "/v2/queues/h",
+        "/v2/queues/h/stats",
+        "/v2/queues",
+        "/v2/ping",
+        "/v2/queues/h/messages?echo=true",
+    ):
+        get, head = await client.get(url), await client.head(url)
+        assert head.status_code == get.status_code, url
+        assert head.content == b"", url
+    refused = await client.head("/v2/queues/h/purge")
+    assert (refused.status_code, refused.headers["allow"], refused.content) == (405, "POST", b"")
+
+
 # -- parameters never ignored --------------------------------------------------------------------------------
 
 

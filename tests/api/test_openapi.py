@@ -27,9 +27,20 @@ def test_schema_documents_every_route_and_the_dead_letter_field() -> None:
 
 
 def test_readme_documents_every_setting() -> None:
+    """README's configuration table has a row per setting with the default and description the code has."""
     from core.limits import Limits
 
+    def shown(value: object) -> str:
+        return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
     readme = (SPEC.parent / "README.md").read_text(encoding="utf-8")
-    names = [f"CHARON_{n.upper()}" for n in Settings.model_fields if n != "limits"]
-    names += [f"CHARON_LIMITS__{n.upper()}" for n in Limits.model_fields]
-    assert [n for n in names if f"`{n}`" not in readme] == []
+    rows = [
+        f"| `CHARON_{name.upper()}` | `{shown(f.default)}` | {f.description} |"
+        for name, f in Settings.model_fields.items()
+        if name != "limits"
+    ]
+    rows += [
+        f"| `CHARON_LIMITS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
+        for name, f in Limits.model_fields.items()
+    ]
+    assert [row for row in rows if row not in readme] == []

@@ -20,7 +20,7 @@ from storage.pooling.redis_catalogue import RedisCatalogue
 from storage.pooling.store import PooledStore, home_pool
 from storage.redis.store import RedisStore
 from storage.registry import open_store
-from tests.conftest import CLIENT_ID, api_client, close_pooled
+from tests.conftest import CLIENT_ID, SLOW_SERVER_TIMEOUT_S, api_client, close_pooled
 from tests.servers import RedisServer, free_port
 
 ADMIN = {"X-Roles": "member, admin"}
@@ -41,9 +41,8 @@ def namespace() -> str:
 
 @pytest.fixture
 async def pooled(redis_url: str, namespace: str, clock: ManualClock) -> AsyncIterator[PooledStore]:
-    store = PooledStore(
-        RedisCatalogue.from_url(redis_url, namespace=namespace), namespace=namespace, clock=clock
-    )
+    catalogue = RedisCatalogue.from_url(redis_url, namespace=namespace)
+    store = PooledStore(catalogue, namespace=namespace, clock=clock, timeout=SLOW_SERVER_TIMEOUT_S)
     yield store
     await close_pooled(store)
 
@@ -285,7 +284,9 @@ async def test_a_new_dlq_is_made_in_its_source_pool_and_messages_move_there(
     assert (
         await client.post("/v2/queues/orders/claims", json={"ttl": 60}, headers=headers)
     ).status_code == 204
-    moved = await client.post("/v2/queues/orders.dlq/claims", json={"ttl": 60}, headers=headers)
+    moved = await client.post(
+        "/v2/queues/orders.dlq/claims?provenance=true", json={"ttl": 60}, headers=headers
+    )
     assert [(m["body"], m["dead_letter"]["source_queue"]) for m in moved.json()["messages"]] == [
         ("poison", "orders")
     ]
@@ -370,7 +371,7 @@ async def test_admins_see_each_pool_in_health(client: httpx.AsyncClient, three_p
         "catalog_reachable": True,
         "pools": {name: {"storage_reachable": True} for name in ("blue", "docs", "red")},
     }
-    assert (await client.get("/v2/health")).json() == {"storage_reachable": True}
+    assert (await client.get("/v2/health")).json() == {"storage_reachable": True, "storage_writable": True}
 
 
 async def test_redrive_tasks_run_while_another_pool_is_down(

@@ -11,6 +11,7 @@
 --   prefix.."q:"..name..":delayed"  ZSET id -> ms          not claimable before the score (delay)
 --   prefix.."q:"..name..":claimed"  ZSET id -> ms          claimed until the score
 --   prefix.."q:"..name..":expiry"   ZSET id -> ms          the message expires at the score
+--   prefix.."q:"..name..":idem:"..key HASH fp ids until     an Idempotency-Key's record (post_messages.lua)
 --   prefix.."m:"..id            HASH  q b t cr e k cl c ce cc av [ne] [dsrc drsn dcc dat dfirst drc drr drd]
 --                                     (ne = 1: not DLQ-eligible; drc redrive count; drr/drd rejection text)
 --   prefix.."c:"..claim_id      HASH  q ttl grace cr e;  prefix.."c:"..claim_id..":m"  LIST of message ids

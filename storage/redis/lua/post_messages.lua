@@ -1,14 +1,29 @@
--- post_messages(KEYS=queue keys, ARGV=[prefix, name, now, client_id, default_ttl, default_delay, body_size,
---                                     packed])
+-- post_messages(KEYS=queue keys [+ idempotency record], ARGV=[prefix, name, now, client_id, default_ttl,
+--                                     default_delay, body_size, packed [, fingerprint, window_ms]])
 --   packed: id1 US ttl1 US delay1 US eligible1 US body1 US id2 ... (US = "\31", which JSON text never holds
 --   unescaped): one argument instead of five a message, since each argument costs the client a conversion.
 --   ttl/delay -1 = queue default; eligible 0 = not DLQ-eligible (discarded where it would be dead-lettered)
 --   -> {project's due time lowered (0/1), number posted}, or error CHARON_TOO_LARGE when body_size
 --   exceeds the queue's _max_messages_post_size.
+--   With an Idempotency-Key's record key (KEYS[9]): a record there of the same fingerprint means the post
+--   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
+--   another fingerprint is error CHARON_IDEMPOTENCY; else the post is made and the record written with it,
+--   in force until now + window_ms.
 -- Creates the queue lazily; all messages of one post get consecutive markers (FIFO for one client). A ttl
 -- above the queue's _max_message_ttl is cut to it.
 local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local K = keys_from(KEYS, ARGV[2])
+local idem = KEYS[9]
+if idem then
+  local rec = redis.call('HMGET', idem, 'fp', 'ids', 'until')
+  if rec[1] and tonumber(rec[3]) > now then
+    if rec[1] ~= ARGV[9] then
+      return redis.error_reply('CHARON_IDEMPOTENCY This Idempotency-Key was used for a post of other ' ..
+        'messages on this queue; use a new key for a new post.')
+    end
+    return {0, -1, rec[2]}
+  end
+end
 local q = redis.call('HMGET', K.queue, 'maxpost', 'dttl', 'ddelay', 'maxttl')
 local maxpost = tonumber(q[1])
 if maxpost and tonumber(ARGV[7]) > maxpost then
@@ -70,4 +85,10 @@ schedule(K, earliest)
 zadd_all(K.msgs, msgs)
 zadd_all(K.ready, ready)
 zadd_all(K.delayed, delayed)
+if idem then
+  local ids = {}
+  for i, m in ipairs(posted) do ids[i] = m[1] end
+  redis.call('HSET', idem, 'fp', ARGV[9], 'ids', table.concat(ids, ','), 'until', now + tonumber(ARGV[10]))
+  redis.call('PEXPIRE', idem, tonumber(ARGV[10]))  -- memory only: `until` (the clock's) decides
+end
 return {SWEEP.lowered, n}

@@ -1,5 +1,6 @@
 -- redrive_step(KEYS=queue keys of the DLQ, ARGV=[prefix, name, now, task_id, owner, lease_ms, batch])
---   -> {due time lowered (0/1), status, cursor, scanned, moved, skipped}, or error CHARON_NO_TASK.
+--   -> {due time lowered (0/1), status, cursor, scanned, moved, skipped, end, created, updated, spec, owner}
+--   (the task as it is after the step), or error CHARON_NO_TASK.
 -- One batch of a redrive task, done only while `owner` holds the task and it is running: looks at the next
 -- `batch` messages of the DLQ after the task's cursor (up to its end marker) and moves each one that
 -- matches the filters back to the task's destination, or to the queue it was dead-lettered from. Each move
@@ -11,11 +12,13 @@ local owner, lease_ms, batch = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local K = keys_from(KEYS, ARGV[2])
 local tk = prefix .. 't:' .. task_id
 local t = redis.call('HMGET', tk, 'q', 'status', 'owner', 'cursor', 'end', 'scanned', 'moved', 'skipped',
-                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit')
+                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec')
 if t[1] ~= name then return redis.error_reply('CHARON_NO_TASK No such redrive task on queue ' .. name .. '.') end
 local status, cursor, last = t[2], tonumber(t[4]), tonumber(t[5])
 local scanned, moved, skipped = tonumber(t[6]), tonumber(t[7]), tonumber(t[8])
-if status ~= 'running' or t[3] ~= owner then return {0, status, cursor, scanned, moved, skipped} end
+if status ~= 'running' or t[3] ~= owner then
+  return {0, status, cursor, scanned, moved, skipped, last, t[15], t[16], t[17], t[3]}
+end
 local dest, fsrc, frsn = t[9], t[10], t[11]
 local after, before, limit = tonumber(t[12]), tonumber(t[13]), tonumber(t[14])
 housekeep(prefix, K, name, now, policy(K))
@@ -64,4 +67,4 @@ if #ids < 2 * batch or (limit and moved >= limit) or cursor >= last then status 
 redis.call('HSET', tk, 'status', status, 'cursor', cursor, 'scanned', scanned, 'moved', moved,
            'skipped', skipped, 'up', now, 'lease', now + lease_ms)
 if status ~= 'running' then redis.call('PEXPIRE', tk, TASK_KEEP_MS) end
-return {SWEEP.lowered, status, cursor, scanned, moved, skipped}
+return {SWEEP.lowered, status, cursor, scanned, moved, skipped, last, t[15], now, t[17], owner}

@@ -19,6 +19,10 @@ end
 
 local prefix, now, max_queues = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local due = KEYS[1]
+-- A sweep frees memory, so it must run on a full Redis too (maxmemory, noeviction). Redis refuses a command
+-- that may grow memory only before a script's first write (it never stops a script half-way): a first write
+-- that removes nothing makes the rest of the sweep (its rescheduling ZADDs, DLQ moves) go through.
+redis.call('ZREMRANGEBYSCORE', due, '+inf', '-inf')
 local names = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, max_queues)
 for _, name in ipairs(names) do
   local K = qkeys(prefix, name)
