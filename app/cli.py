@@ -9,9 +9,11 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 from app.settings import Settings
+from core.errors import CharonError
 
 APP = "app.main:create_app"
 STARTUP_S = 10.0  # a worker that fails this soon after its start is not restarted (supervise)
@@ -27,7 +29,11 @@ def serve(args: argparse.Namespace) -> int:
     if settings.store_uri() is None:
         # Started here, once, so that every worker process shares the one embedded store.
         embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
-        os.environ["CHARON_STORAGE_URI"] = embedded.start()
+        try:
+            os.environ["CHARON_STORAGE_URI"] = embedded.start()
+        except CharonError as exc:
+            print(f"charon: {exc}", file=sys.stderr, flush=True)
+            return 1
         print(f"charon: embedded redis-server at {embedded.uri} (AOF in {embedded.data_dir})", flush=True)
     # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets `finally` stop
     # the embedded store.
@@ -64,9 +70,10 @@ def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> i
     context = multiprocessing.get_context("spawn")
 
     started: dict[int | None, float] = {}
+    parent = os.getpid()
 
     def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=run_worker, args=(host, port, log_level, app), daemon=False)
+        process = context.Process(target=run_worker, args=(host, port, log_level, app, parent), daemon=False)
         process.start()
         started[process.pid] = time.monotonic()
         return process
@@ -101,9 +108,22 @@ def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> i
     return 1 if failed else 0
 
 
-def run_worker(host: str, port: int, log_level: str, app: str) -> None:
-    """One worker of `supervise`: its own SO_REUSEPORT socket, one uvicorn server."""
+PARENT_GONE_GRACE_S = 0.8  # a worker whose parent died finishes its requests this long, then exits
+
+
+def run_worker(host: str, port: int, log_level: str, app: str, parent: int) -> None:
+    """One worker of `supervise`: its own SO_REUSEPORT socket, one uvicorn server. It never outlives the
+    supervisor `parent`: the kernel sends it SIGTERM when the parent dies, even by kill -9 (uvicorn then
+    finishes its requests), and a watchdog ends it PARENT_GONE_GRACE_S later whatever it is doing, so no
+    orphan keeps the port answering 503 (its embedded store died with the parent)."""
     import uvicorn
+
+    from app.embedded import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the line above
+        sys.exit(1)
+    threading.Thread(target=_exit_with, args=(parent,), name="charon-parent-watch", daemon=True).start()
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -113,6 +133,13 @@ def run_worker(host: str, port: int, log_level: str, app: str) -> None:
     factory = app.rpartition(":")[2].startswith("create_")
     config = uvicorn.Config(app, factory=factory, log_level=log_level, access_log=False, host=host, port=port)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _exit_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.1)
+    time.sleep(PARENT_GONE_GRACE_S)
+    os._exit(1)
 
 
 def openapi(_: argparse.Namespace) -> int:

@@ -1,8 +1,15 @@
-"""The embedded default store: a private redis-server on a unix socket under the data dir, AOF on."""
+"""The embedded default store: a private redis-server on a unix socket under the data dir, AOF on.
+
+One store per data directory: `charon.lock` in it is held (flock) by the service and by the redis-server it
+starts, which inherits the lock, so the directory stays locked until both have exited (a service killed with
+-9 leaves its redis-server flushing the AOF for a moment; a new service waits for it, then starts)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
+import os
 import shutil
 import signal
 import subprocess
@@ -14,12 +21,47 @@ import redis
 
 from core.errors import StorageUnavailable
 
+LOCK_WAIT_S = 10.0  # how long a starting service waits for a previous one's redis-server to finish
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send `sig` to this process when its parent dies, even by kill -9 (Linux only)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+
 
 def _die_with_parent() -> None:
-    """Runs in the child before exec: the kernel sends it SIGTERM when Charon dies, even by kill -9, so an
-    orphaned redis-server never keeps the data dir (a second one on the same AOF would corrupt it)."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    """Runs in the child before exec: an orphaned redis-server never keeps the data dir."""
+    die_with_parent()
+
+
+class DataDirInUse(StorageUnavailable):
+    pass
+
+
+def lock_data_dir(data_dir: Path, wait_s: float = LOCK_WAIT_S) -> int:
+    """An open descriptor holding `data_dir`/charon.lock (with this process's PID in it); raises DataDirInUse
+    naming the directory and the PID holding it when another service still does after `wait_s`."""
+    path = data_dir / "charon.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise DataDirInUse(
+                    f"The data directory {data_dir} is in use by another Charon service (PID {holder}, or "
+                    "the redis-server it started); stop that one, or give this one another CHARON_DATA_DIR."
+                ) from None
+            time.sleep(0.1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 class EmbeddedRedis:
@@ -28,6 +70,7 @@ class EmbeddedRedis:
         self.binary = binary
         self.socket = self.data_dir / "redis.sock"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: int | None = None
 
     @property
     def uri(self) -> str:
@@ -41,6 +84,7 @@ class EmbeddedRedis:
                 "or set CHARON_STORAGE_URI to a Redis you run."
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_data_dir(self.data_dir)
         self.socket.unlink(missing_ok=True)
         self._proc = subprocess.Popen(  # noqa: S603 - our own binary and arguments
             [
@@ -67,10 +111,12 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            pass_fds=(self._lock,),  # the redis-server holds the data dir's lock until it exits too
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
+                self.stop()
                 raise StorageUnavailable(f"redis-server exited; see {self.data_dir / 'redis.log'}.")
             try:
                 redis.Redis(unix_socket_path=str(self.socket)).ping()
@@ -87,4 +133,9 @@ class EmbeddedRedis:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+                self._proc.wait()
         self._proc = None
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock)
+            self._lock = None
