@@ -65,9 +65,9 @@ def test_kill_9_of_the_parent_leaves_nothing_running_and_a_restart_binds(tmp_pat
     wait_for(
         lambda: redis_servers_on(data) == [], "the embedded redis-server outlived its parent", seconds=10
     )
-    assert gone_after < 3, (
-        f"the workers took {gone_after:.1f} s to exit"
-    )  # within a second, on a quiet machine
+    print(f"workers gone {gone_after:.2f} s after the parent was killed")
+    # within a second on a quiet machine (0.2 s measured here); the bound leaves room for a loaded one
+    assert gone_after < 3, f"the workers took {gone_after:.1f} s to exit"
 
     again = CharonProcess(None, data_dir=data, env={"CHARON_WORKERS": "2"})
     again.port = service.port  # the same port, at once
