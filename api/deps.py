@@ -5,12 +5,11 @@ thread pool (a thread hop per dependency per request), and resolves each declare
 sub-dependency per request: a route declaring the two headers, the queue name and a claim id answered
 less than half the requests a second of one reading them from the Request (bench/README.md, "What the
 profile showed"). The headers and the queue name are therefore read from the
-request here, and `document_common_parameters` puts them in the OpenAPI document of every queue route.
+request here, and api/contract.py puts them in the OpenAPI document of every queue route.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from app.redrive import RedriveRunner
 from core.clock import Clock
 from core.errors import InvalidBody, InvalidInput, PayloadTooLarge
-from core.limits import NAME_RULE, NAME_SCHEMA, Limits, check_client_id, check_project, check_queue_name
+from core.limits import Limits, check_client_id, check_project, check_queue_name
 from core.metadata import DeadLetterDefaults
 from core.models import QueueRef
 from storage.base import Store
@@ -179,13 +178,13 @@ def query_parameter(name: str, description: str, kind: str = "string") -> dict[s
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
-def header_parameter(name: str, description: str) -> dict[str, Any]:
-    """The OpenAPI entry of an optional header a route reads by hand."""
+def header_parameter(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    """The OpenAPI entry of an optional header a route reads by hand (`schema`: its constraints)."""
     return {
         "name": name,
         "in": "header",
         "required": False,
-        "schema": {"type": "string", "description": description},
+        "schema": {"type": "string", **schema, "description": description},
         "description": description,
     }
 
@@ -193,40 +192,6 @@ def header_parameter(name: str, description: str) -> dict[str, Any]:
 def parameters(*entries: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """`openapi_extra` for a route that reads its parameters by hand (and any other extra it has)."""
     return {"parameters": list(entries), **extra}
-
-
-def _header(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "header",
-        "required": False,
-        "schema": {"anyOf": [{"type": "string"}, {"type": "null"}], "title": name.title()},
-    }
-
-
-QUEUE_NAME_DOC = f"Queue name: {NAME_RULE}."
-QUEUE_NAME_PARAMETER = {
-    "name": "queue_name",
-    "in": "path",
-    "required": True,
-    "schema": {**NAME_SCHEMA, "description": QUEUE_NAME_DOC, "title": "Queue Name"},
-    "description": QUEUE_NAME_DOC,
-}
-HEADER_PARAMETERS = [_header("X-Project-ID"), _header("Client-ID")]
-
-
-def document_common_parameters(schema: dict[str, Any]) -> None:
-    """Add the parameters every /v2/queues operation reads by hand (queue_ref, project_id, client_id) to the
-    OpenAPI document: the queue name after the operation's own path parameters, the two headers last."""
-    for path, operations in schema.get("paths", {}).items():
-        if not path.startswith("/v2/queues"):
-            continue
-        for operation in operations.values():
-            parameters = operation.setdefault("parameters", [])
-            if "{queue_name}" in path:
-                at = sum(1 for p in parameters if p["in"] == "path")
-                parameters.insert(at, copy.deepcopy(QUEUE_NAME_PARAMETER))
-            parameters.extend(copy.deepcopy(HEADER_PARAMETERS))
 
 
 StoreDep = Annotated[Store, Depends(get_store)]

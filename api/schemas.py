@@ -8,10 +8,10 @@ from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
-    StrictInt,
     WithJsonSchema,
 )
 
@@ -26,6 +26,35 @@ def _name(value: str) -> str:
 
 # A queue, pool or flavor name, fully matched (core.limits.is_name), published as NAME_SCHEMA.
 Name = Annotated[str, AfterValidator(_name), WithJsonSchema(dict(NAME_SCHEMA))]
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema's integer: a number with no fraction (60 or 60.0), never a boolean or a string."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("Input should be a whole number")
+    return value
+
+
+# An integer as JSON Schema (and so openapi.yaml) means it: 60.0 is 60.
+Whole = Annotated[int, BeforeValidator(_whole)]
+# Whole numbers in bounds (the bounds before the validator, so they are published as minimum and maximum).
+Count = Annotated[int, Field(ge=1, le=10**9), BeforeValidator(_whole)]
+Rate = Annotated[int, Field(ge=1, le=10_000), BeforeValidator(_whole)]
+Weight = Annotated[int, Field(ge=0, le=2**32 - 1), BeforeValidator(_whole)]
+
+
+def _timestamp(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError("Input should be an ISO 8601 date and time with a zone, as a string")
+    return value
+
+
+# An ISO 8601 date-time with a zone, given as a string (never a number of seconds).
+Timestamp = Annotated[
+    AwareDatetime, BeforeValidator(_timestamp), WithJsonSchema({"type": "string", "format": "date-time"})
+]
 
 
 def json_body(model: type[BaseModel], *, required: bool = False) -> dict[str, Any]:
@@ -45,8 +74,8 @@ class _In(BaseModel):
 
 class MessageIn(_In):
     body: Any = Field(..., description="Any JSON value.")
-    ttl: StrictInt | None = Field(None, description="Seconds the message lives; the queue default if absent.")
-    delay: StrictInt | None = Field(None, description="Seconds before the message can be claimed.")
+    ttl: Whole | None = Field(None, description="Seconds the message lives; the queue default if absent.")
+    delay: Whole | None = Field(None, description="Seconds before the message can be claimed.")
     dead_letter_eligible: StrictBool = Field(
         True,
         description="False: where the message would move to a DLQ (claims used up, expiry with "
@@ -59,8 +88,8 @@ class PostMessagesIn(_In):
 
 
 class ClaimIn(_In):
-    ttl: StrictInt | None = Field(None, description="Seconds the claim lasts.")
-    grace: StrictInt | None = Field(None, description="Seconds the claimed messages outlive the claim.")
+    ttl: Whole | None = Field(None, description="Seconds the claim lasts.")
+    grace: Whole | None = Field(None, description="Seconds the claimed messages outlive the claim.")
 
 
 class RejectIn(_In):
@@ -71,8 +100,8 @@ class RejectIn(_In):
 class RedriveFilter(_In):
     source_queue: Name | None = None
     reason: Literal["max_claims", "expired", "rejected"] | None = None
-    dead_lettered_after: AwareDatetime | None = Field(None, description="ISO 8601 with a zone, e.g. ...Z.")
-    dead_lettered_before: AwareDatetime | None = None
+    dead_lettered_after: Timestamp | None = Field(None, description="ISO 8601 with a zone, e.g. ...Z.")
+    dead_lettered_before: Timestamp | None = None
 
 
 class RedriveIn(_In):
@@ -80,8 +109,8 @@ class RedriveIn(_In):
         None, description="Where to move the messages; default: each one back to its `source_queue`."
     )
     filter: RedriveFilter | None = None
-    limit: StrictInt | None = Field(None, ge=1, le=10**9, description="Most messages to move.")
-    max_per_second: StrictInt | None = Field(None, ge=1, le=10_000, description="Moves a second at most.")
+    limit: Count | None = Field(None, description="Most messages to move.")
+    max_per_second: Rate | None = Field(None, description="Moves a second at most.")
     dry_run: StrictBool = Field(False, description="Count and sample what would move; move nothing.")
 
 
@@ -97,9 +126,7 @@ class PatchOp(_In):
 
 class PoolIn(_In):
     uri: str = Field(..., min_length=1, description="redis://, redis+cluster://host:port,..., or mongodb://.")
-    weight: StrictInt = Field(
-        ..., ge=0, le=2**32 - 1, description="Share of new projects' queues; 0 takes no new queue."
-    )
+    weight: Weight = Field(..., description="Share of new projects' queues; 0 takes no new queue.")
     flavor: Name | None = Field(None, description="The flavor this pool belongs to.")
     options: dict[str, Any] | None = Field(
         None, description="Driver options; `namespace` overrides the service's key/collection prefix."
@@ -108,7 +135,7 @@ class PoolIn(_In):
 
 class PoolPatch(_In):
     uri: str | None = Field(None, min_length=1)
-    weight: StrictInt | None = Field(None, ge=0, le=2**32 - 1)
+    weight: Weight | None = None
     flavor: Name | None = None
     options: dict[str, Any] | None = None
 

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api.deps import document_common_parameters
+from api.contract import refine
 from api.direct import DirectRoutes, direct_routes
 from api.errors import register_error_handlers
 from api.head import HeadAsGet
@@ -112,12 +112,12 @@ def create_app(
             schema = get_openapi(
                 title=app.title, version=app.version, description=app.description, routes=app.routes
             )
-            document_common_parameters(schema)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented
                 doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(doc.pop("$defs", {}))
                 components[model.__name__] = doc
+            refine(schema, settings.limits)
             app.openapi_schema = schema
         return app.openapi_schema
 

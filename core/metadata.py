@@ -109,6 +109,8 @@ def _int_in(meta: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     value = meta.get(key)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():  # JSON Schema's integer: 5.0 is 5
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{key} must be an integer between {lo} and {hi}; got {value!r}.")
     if not lo <= value <= hi:
@@ -138,7 +140,8 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
             f"{DEFAULT_MESSAGE_TTL} ({default_ttl}) must not exceed {MAX_MESSAGE_TTL} ({max_ttl})."
         )
     dead_letter_ttl = _int_in(meta, DEAD_LETTER_TTL, limits.min_message_ttl, limits.max_message_ttl)
-    on_expiry = meta.get(DEAD_LETTER_ON_EXPIRY, False)
+    on_expiry = meta.get(DEAD_LETTER_ON_EXPIRY)
+    on_expiry = False if on_expiry is None else on_expiry  # null: unset, like every reserved key
     if not isinstance(on_expiry, bool):
         raise InvalidInput(f"{DEAD_LETTER_ON_EXPIRY} must be true or false; got {on_expiry!r}.")
     return QueuePolicy(
@@ -164,8 +167,8 @@ def _check_reserved_keys(meta: Mapping[str, Any]) -> None:
                 f"Metadata keys starting with '_' are reserved, and {key[:80]!r} is not one of them "
                 f"({', '.join(RESERVED)}).{hint}"
             )
-    encrypt = meta.get(ENCRYPT_MESSAGES, False)
-    if encrypt is not False:
+    encrypt = meta.get(ENCRYPT_MESSAGES)
+    if encrypt is not None and encrypt is not False:
         raise InvalidInput(
             f"{ENCRYPT_MESSAGES} is not supported: Charon does not encrypt messages at rest, so only false "
             f"is accepted (got {encrypt!r}). Encrypt bodies in the client if they must not be stored clear."

@@ -140,7 +140,6 @@ async def renew_claim(call: CallDep, claim_id: str, request: Request) -> Respons
 async def release_claim(request: Request) -> Response:
     call = call_of(request)
     wait = check_release_delay(query_int(request, "delay"), call.limits)
-    claim_id = request.path_params["claim_id"]
-    if is_valid_id(claim_id):
-        await call.store.release_claim(call.q, ClaimId(claim_id), delay=wait)
+    claim_id = _claim_id(request.path_params["claim_id"], call.q.name)
+    await call.store.release_claim(call.q, claim_id, delay=wait)
     return Response(status_code=204)

@@ -40,7 +40,7 @@ from api.schemas import (
     RejectOut,
     json_body,
 )
-from core.errors import ClaimMismatch, InvalidInput, MessageNotFound
+from core.errors import InvalidInput, MessageNotFound
 from core.limits import (
     DELAY_DOC,
     check_json_depth,
@@ -70,7 +70,10 @@ IDEMPOTENCY_DOC = (
     "answers the first post's resources; the same key with other messages answers 422. Use it to retry a "
     "post whose answer was lost or was a 503 saying the outcome is unknown."
 )
-_KEY_RE = re.compile(r"[\x20-\x7e]{1,255}")
+# 1 to 255 printable ASCII characters but '"' and '\', bare (no space at either end: HTTP strips those) or in
+# double quotes (the draft's sf-string). Checked with this very pattern, which openapi.yaml publishes.
+IDEMPOTENCY_PATTERN = r'^(?:[!#-\[\]-~](?:[ !#-\[\]-~]{0,253}[!#-\[\]-~])?|"[ !#-\[\]-~]{1,255}")$'
+_KEY_RE = re.compile(IDEMPOTENCY_PATTERN)
 
 
 def idempotency_key(request: Request) -> str | None:
@@ -80,14 +83,12 @@ def idempotency_key(request: Request) -> str | None:
     if len(sent) > 1:
         raise InvalidInput("The Idempotency-Key header is sent more than once; send it exactly once.")
     key = sent[0].strip()
-    if len(key) >= 2 and key[0] == key[-1] == '"':
-        key = key[1:-1]
-    if _KEY_RE.fullmatch(key) is None or '"' in key or "\\" in key:
+    if _KEY_RE.fullmatch(key) is None:
         raise InvalidInput(
             "Idempotency-Key must be 1 to 255 printable ASCII characters (in double quotes or not), with no "
             f"quote or backslash inside; got {sent[0][:80]!r}."
         )
-    return key
+    return key[1:-1] if key.startswith('"') else key
 
 
 def fingerprint(body: PostMessagesIn) -> str:
@@ -113,7 +114,8 @@ def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
     summary="Post messages (the queue is created if absent)",
     responses={413: {"model": ErrorOut}, 422: {"model": ErrorOut}},
     openapi_extra=parameters(
-        header_parameter("Idempotency-Key", IDEMPOTENCY_DOC), **json_body(PostMessagesIn, required=True)
+        header_parameter("Idempotency-Key", IDEMPOTENCY_DOC, pattern=IDEMPOTENCY_PATTERN),
+        **json_body(PostMessagesIn, required=True),
     ),
 )
 async def post_messages(request: Request) -> Response:
@@ -262,20 +264,27 @@ async def get_message(
 async def delete_message(request: Request) -> Response:
     call = call_of(request)
     message_id, claim_id = request.path_params["message_id"], request.query_params.get("claim_id")
-    if is_valid_id(message_id):
-        held_by = ClaimId(claim_id) if claim_id else None
-        await call.store.delete_message(call.q, MessageId(message_id), claim_id=held_by)
+    held_by = None if claim_id is None else _claim_id(claim_id)
+    if not is_valid_id(message_id):
+        raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {call.q.name}.")
+    await call.store.delete_message(call.q, MessageId(message_id), claim_id=held_by)
     return Response(status_code=204)
 
 
+def _claim_id(claim_id: str) -> ClaimId:
+    """A `claim_id` query parameter: an id, or 400 (a claim that does not hold the message is a 403)."""
+    if not is_valid_id(claim_id):
+        raise InvalidInput(f"claim_id must be a claim id (32 lowercase hex digits); got {claim_id[:40]!r}.")
+    return ClaimId(claim_id)
+
+
 def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId, ClaimId]:
-    if not claim_id:
+    if claim_id is None:
         raise InvalidInput("claim_id is required: the claim that holds the message.")
+    cid = _claim_id(claim_id)
     if not is_valid_id(message_id):
         raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {queue}.")
-    if not is_valid_id(claim_id):
-        raise ClaimMismatch(f"Claim {claim_id[:40]} does not hold message {message_id}.")
-    return MessageId(message_id), ClaimId(claim_id)
+    return MessageId(message_id), cid
 
 
 @router.post(

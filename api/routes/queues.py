@@ -60,14 +60,16 @@ RESERVED_KEYS = (
 )
 METADATA_BODY = {
     "requestBody": {
-        "content": {"application/json": {"schema": {"type": "object", "description": RESERVED_KEYS}}}
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueueMetadata"}}}
     }
 }
 PATCH_BODY = {
     "requestBody": {
         "required": True,
         "content": {
-            JSON_PATCH: {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/PatchOp"}}}
+            JSON_PATCH: {
+                "schema": {"type": "array", "items": {"$ref": "#/components/schemas/PatchOp"}, "minItems": 1}
+            }
         },
     }
 }
@@ -206,6 +208,7 @@ async def _count(store: Store, project: str, chosen: QueueFilter) -> int:
     "/v2/queues/{queue_name}",
     status_code=201,
     summary="Create a queue (201), or leave an existing one as it is (204)",
+    description=RESERVED_KEYS,
     responses={
         204: {"description": "The queue existed; its metadata is unchanged."},
         409: {"model": ErrorOut},

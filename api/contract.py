@@ -1,0 +1,242 @@
+"""The published contract: the OpenAPI document FastAPI writes, made to say exactly what the server enforces.
+
+FastAPI documents what routes declare; much of what Charon checks is read by hand (the hot routes' query
+parameters, the identity headers, bodies parsed after a size limit) or depends on the configured limits. This
+module is the one place that writes all of it into the document: every parameter's exact schema (names matched
+in full, ids, bounds from `Limits`), the required headers, the reserved metadata keys, and every status an
+operation can answer. The served document follows the service's settings; `openapi.yaml` is the one with
+the defaults (a test keeps them equal). `tests/acceptance/test_contract_fuzz.py` holds the server to it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from core.limits import CLIENT_ID_PATTERN, MAX_MARKER, NAME_RULE, NAME_SCHEMA, PROJECT_ID_MAX_LEN, Limits
+from core.metadata import (
+    DEAD_LETTER_ON_EXPIRY,
+    DEAD_LETTER_QUEUE,
+    DEAD_LETTER_TTL,
+    DEFAULT_MESSAGE_DELAY,
+    DEFAULT_MESSAGE_TTL,
+    ENCRYPT_MESSAGES,
+    FLAVOR,
+    MAX_CLAIM_COUNT,
+    MAX_LEVELS,
+    MAX_MESSAGE_TTL,
+    MAX_MULTIPLIER,
+    MAX_POST_SIZE,
+    MAX_REDELIVERY_DELAY,
+    REDELIVERY_DELAY,
+    REDELIVERY_JITTER,
+    REDELIVERY_LEVELS,
+    REDELIVERY_MULTIPLIER,
+    RESERVED,
+)
+from core.queue_filter import MAX_FILTER_VALUE, MAX_FILTERS
+
+Schema = dict[str, Any]
+
+ID_SCHEMA: Schema = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+PROJECT_SCHEMA: Schema = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": PROJECT_ID_MAX_LEN,
+    "pattern": r"^[^,]*[^\s,][^,]*$",  # not blank, no comma (core.limits.check_project)
+}
+CLIENT_ID_SCHEMA: Schema = {"type": "string", "pattern": CLIENT_ID_PATTERN}
+ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+STATUS_TEXT = {
+    400: "Bad input: the description names the field and the limit.",
+    403: "Not allowed: a claim that does not hold the message, or a call that needs the admin role.",
+    404: "No such message, claim, task, pool or flavor.",
+    409: "Conflict: the description says with what.",
+    413: "The body is larger than the limit the description names.",
+    415: "Wrong Content-Type for this body.",
+    422: "An Idempotency-Key used before for other messages.",
+    503: "The storage does not answer (in time). The description says whether the change may have been made.",
+    507: "The storage is full and refuses writes; nothing was changed.",
+}
+WRITES = frozenset({"put", "post", "patch", "delete"})
+
+
+def _headers() -> list[Schema]:
+    def header(name: str, schema: Schema, description: str) -> Schema:
+        return {"name": name, "in": "header", "required": True, "schema": schema, "description": description}
+
+    return [
+        header(
+            "X-Project-ID", PROJECT_SCHEMA, "The project (tenant) the queue lives in; sent once, no comma."
+        ),
+        header("Client-ID", CLIENT_ID_SCHEMA, "A UUID that identifies the client (its own messages, echo)."),
+    ]
+
+
+def _path_schema(name: str) -> Schema | None:
+    if name in ("queue_name", "pool_name", "flavor_name"):
+        return {**NAME_SCHEMA, "description": f"A name: {NAME_RULE}."}
+    if name in ("message_id", "claim_id", "task_id"):
+        return {**ID_SCHEMA, "description": "32 lowercase hex digits (any other text is an unknown id: 404)."}
+    return None
+
+
+def _query_schema(path: str, name: str, limits: Limits) -> Schema | None:
+    page = {"type": "integer", "minimum": 1, "maximum": limits.max_messages_per_page}
+    schemas: dict[str, Schema] = {
+        "limit": page,
+        "pop": page,
+        "ids": {"type": "array", "items": ID_SCHEMA, "minItems": 1, "maxItems": limits.max_messages_per_page},
+        "claim_id": ID_SCHEMA,
+        "delay": {"type": "integer", "minimum": 0, "maximum": limits.max_claim_ttl},
+        "name": {"type": "string", "minLength": 1, "maxLength": 64},
+    }
+    if name == "marker":
+        if path.endswith("/messages"):
+            return {"type": "integer", "minimum": 0, "maximum": MAX_MARKER}
+        return dict(NAME_SCHEMA)
+    if name in ("echo", "include_claimed", "include_delayed", "detailed", "with_count", "provenance"):
+        return {"type": "boolean"}
+    return schemas.get(name)
+
+
+def _parameters(path: str, operation: Schema, limits: Limits) -> None:
+    parameters: list[Schema] = operation.setdefault("parameters", [])
+    for p in parameters:
+        description = p.get("description") or p.get("schema", {}).get("description")
+        exact = _path_schema(p["name"]) if p["in"] == "path" else None
+        if p["in"] == "query":
+            exact = _query_schema(path, p["name"], limits)
+        if exact is not None:
+            p["schema"] = {**exact, **({"description": description} if description else {})}
+        if p["name"] == "ids":  # the OpenAPI form of Zaqar's comma-separated ids (repeated ones work too)
+            p.update(style="form", explode=False)
+        if p["name"] == "claim_id" and p["in"] == "query" and path.endswith(("/release", "/dead_letter")):
+            p["required"] = True  # 400 without it
+    if path == "/v2/queues":
+        parameters.append(_metadata_filters())
+    if path.startswith("/v2/queues"):
+        if "{queue_name}" in path and not any(p["name"] == "queue_name" for p in parameters):
+            at = sum(1 for p in parameters if p["in"] == "path")
+            schema = _path_schema("queue_name")
+            assert schema is not None
+            entry = {"name": "queue_name", "in": "path", "required": True, "schema": schema}
+            parameters.insert(at, {**entry, "description": schema["description"]})
+        parameters.extend(_headers())
+
+
+def _metadata_filters() -> Schema:
+    """Every query parameter of the queue listing besides its own is a metadata filter (Zaqar): OpenAPI says
+    that with an object parameter in form style, exploded (each property its own key=value)."""
+    reserved = ["marker", "limit", "detailed", "name", "with_count"]
+    return {
+        "name": "filters",
+        "in": "query",
+        "required": False,
+        "style": "form",
+        "explode": True,
+        "schema": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "maxLength": MAX_FILTER_VALUE},
+            "propertyNames": {"minLength": 1, "maxLength": MAX_FILTER_VALUE, "not": {"enum": reserved}},
+            "maxProperties": MAX_FILTERS,
+        },
+        "description": "Metadata filters: `key=value` lists the queues whose metadata has `key` equal to "
+        "`value` (a value that spells a JSON number, true, false or null matches that too).",
+    }
+
+
+def _responses(path: str, method: str, operation: Schema) -> None:
+    responses: dict[str, Schema] = operation.setdefault("responses", {})
+    for status in [k for k in responses if not isinstance(k, str)]:
+        responses[str(status)] = responses.pop(status)
+    fastapi_422 = responses.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    if fastapi_422.get("$ref", "").endswith("/HTTPValidationError"):
+        del responses["422"]  # FastAPI's: Charon answers 400 for what it validates
+    if path == "/v2":
+        home = {"type": "object", "description": "JSON Home (RFC draft-nottingham-json-home)."}
+        responses["200"] = {
+            "description": "The home document",
+            "content": {"application/json-home": {"schema": home}},
+        }
+    if path in ("/", "/v2"):
+        return
+    wanted = {400, 503}
+    if method in WRITES and path != "/v2/ping":
+        wanted.add(507)
+    if "_id}" in path:
+        wanted.add(404)  # a malformed or unknown id
+    for key, response in responses.items():
+        content = response.get("content", {})
+        if key.startswith("2") and content.get("application/json", {}).get("schema") == {}:
+            del response["content"]  # FastAPI's guess for a route that answers with no body
+    for code in sorted(wanted):
+        responses.setdefault(str(code), {})
+    for key, response in responses.items():
+        if key.isdigit() and int(key) >= 400:
+            response["content"] = copy.deepcopy(ERROR)
+            response["description"] = STATUS_TEXT.get(int(key), response.get("description", ""))
+
+
+def _metadata_schema(limits: Limits) -> Schema:
+    """The queue metadata body: free-form, with the reserved keys' types and bounds, and no other key
+    starting with "_" (core.metadata.parse_policy; rules across keys, such as a DLQ cycle, answer 400)."""
+    ttl = {"type": "integer", "minimum": limits.min_message_ttl, "maximum": limits.max_message_ttl}
+    seconds = {"type": "number", "minimum": 0, "maximum": limits.max_claim_ttl}
+    level = {
+        "anyOf": [
+            seconds,
+            {"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?(ms|s|m|h)?\s*$"},
+        ]
+    }
+    reserved: dict[str, Schema] = {
+        DEFAULT_MESSAGE_TTL: ttl,
+        DEFAULT_MESSAGE_DELAY: {"type": "integer", "minimum": 0, "maximum": limits.max_message_delay},
+        MAX_POST_SIZE: {"type": "integer", "minimum": 1, "maximum": limits.max_messages_post_size},
+        MAX_CLAIM_COUNT: {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+        DEAD_LETTER_QUEUE: dict(NAME_SCHEMA),
+        DEAD_LETTER_TTL: ttl,
+        FLAVOR: dict(NAME_SCHEMA),
+        REDELIVERY_DELAY: seconds,
+        REDELIVERY_MULTIPLIER: {"type": "number", "minimum": 1, "maximum": MAX_MULTIPLIER},
+        MAX_REDELIVERY_DELAY: seconds,
+        REDELIVERY_JITTER: {"type": "number", "minimum": 0, "maximum": 1},
+        REDELIVERY_LEVELS: {"type": "array", "items": level, "minItems": 1, "maxItems": MAX_LEVELS},
+        DEAD_LETTER_ON_EXPIRY: {"type": "boolean"},
+        MAX_MESSAGE_TTL: ttl,
+        ENCRYPT_MESSAGES: {"const": False, "description": "Not supported: only false is accepted."},
+    }
+    assert set(reserved) == set(RESERVED)
+    # null is "unset" for every reserved key
+    properties = {k: {"anyOf": [v, {"type": "null"}]} for k, v in reserved.items()}
+    return {
+        "type": "object",
+        "properties": properties,
+        "propertyNames": {"anyOf": [{"pattern": "^[^_]"}, {"enum": list(RESERVED)}]},
+        "description": "Free-form metadata (at most CHARON_LIMITS__MAX_QUEUE_METADATA bytes, nested at most "
+        "CHARON_LIMITS__MAX_JSON_DEPTH deep); keys starting with `_` are the reserved ones above.",
+    }
+
+
+def _components(schemas: dict[str, Schema], limits: Limits) -> None:
+    def bounded(model: str, field: str, lo: int, hi: int) -> None:
+        prop = schemas[model]["properties"][field]
+        prop["anyOf"] = [{"type": "integer", "minimum": lo, "maximum": hi}, {"type": "null"}]
+
+    bounded("MessageIn", "ttl", limits.min_message_ttl, limits.max_message_ttl)
+    bounded("MessageIn", "delay", 0, limits.max_message_delay)
+    bounded("ClaimIn", "ttl", limits.min_claim_ttl, limits.max_claim_ttl)
+    bounded("ClaimIn", "grace", 0, limits.max_claim_grace)
+    schemas["PatchOp"]["properties"]["path"]["pattern"] = "^/metadata/.+"
+    schemas["QueueMetadata"] = _metadata_schema(limits)
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+
+
+def refine(schema: Schema, limits: Limits) -> None:
+    """Make FastAPI's `schema` the exact contract of a service with these `limits` (in place)."""
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            _parameters(path, operation, limits)
+            _responses(path, method, operation)
+    _components(schema.setdefault("components", {}).setdefault("schemas", {}), limits)
