@@ -164,8 +164,8 @@ def _responses(path: str, method: str, operation: Schema) -> None:
     wanted = {400, 503}
     if method in WRITES and path != "/v2/ping":
         wanted.add(507)
-    if "_id}" in path:
-        wanted.add(404)  # a malformed or unknown id
+    if "_id}" in path or ("_name}" in path and not path.startswith("/v2/queues")) or "/redrive" in path:
+        wanted.add(404)  # an unknown id, pool or flavor; a queue no pool holds (redrive, with pooling)
     for key, response in responses.items():
         content = response.get("content", {})
         if key.startswith("2") and content.get("application/json", {}).get("schema") == {}:
@@ -212,7 +212,7 @@ def _metadata_schema(limits: Limits) -> Schema:
     return {
         "type": "object",
         "properties": properties,
-        "propertyNames": {"anyOf": [{"pattern": "^[^_]"}, {"enum": list(RESERVED)}]},
+        "propertyNames": {"anyOf": [{"pattern": "^(?:[^_]|$)"}, {"enum": list(RESERVED)}]},
         "description": "Free-form metadata (at most CHARON_LIMITS__MAX_QUEUE_METADATA bytes, nested at most "
         "CHARON_LIMITS__MAX_JSON_DEPTH deep); keys starting with `_` are the reserved ones above.",
     }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -16,6 +18,7 @@ from pydantic import (
 )
 
 from core.limits import NAME_RULE, NAME_SCHEMA, is_name
+from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
 
 def _name(value: str) -> str:
@@ -124,8 +127,29 @@ class PatchOp(_In):
     value: Any = None
 
 
+URI_PATTERN = "^(" + "|".join(re.escape(s) for s in REDIS_SCHEMES + MONGODB_SCHEMES) + ")://"
+URI_DOC = (
+    "redis://, rediss://, unix://, redis+cluster://host:port,..., mongodb:// or mongodb+srv://; it answers."
+)
+
+
+def _storage_uri(value: str) -> str:
+    if len(value) > 2048:
+        raise ValueError("must be at most 2048 characters")
+    if re.match(URI_PATTERN, value) is None:
+        raise ValueError(unsupported_scheme(urlsplit(value).scheme))
+    return value
+
+
+StorageUri = Annotated[
+    str,
+    AfterValidator(_storage_uri),
+    WithJsonSchema({"type": "string", "pattern": URI_PATTERN, "maxLength": 2048}),
+]
+
+
 class PoolIn(_In):
-    uri: str = Field(..., min_length=1, description="redis://, redis+cluster://host:port,..., or mongodb://.")
+    uri: StorageUri = Field(..., description=URI_DOC)
     weight: Weight = Field(..., description="Share of new projects' queues; 0 takes no new queue.")
     flavor: Name | None = Field(None, description="The flavor this pool belongs to.")
     options: dict[str, Any] | None = Field(
@@ -134,7 +158,9 @@ class PoolIn(_In):
 
 
 class PoolPatch(_In):
-    uri: str | None = Field(None, min_length=1)
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})  # 400 when it changes nothing
+
+    uri: StorageUri | None = Field(None, description=URI_DOC)
     weight: Weight | None = None
     flavor: Name | None = None
     options: dict[str, Any] | None = None
@@ -143,6 +169,10 @@ class PoolPatch(_In):
 class FlavorIn(_In):
     pool_list: list[Name] | None = Field(None, description="Pools to put in this flavor (each must exist).")
     capabilities: dict[str, Any] | None = Field(None, description="Free-form: what the flavor offers.")
+
+
+class FlavorPatch(FlavorIn):
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})  # 400 when it changes nothing
 
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
@@ -155,6 +185,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     PoolIn,
     PoolPatch,
     FlavorIn,
+    FlavorPatch,
 )
 
 
@@ -278,7 +309,7 @@ class FlavorOut(BaseModel):
     name: str
     href: str
     pool_list: list[str]
-    capabilities: dict[str, Any]
+    capabilities: dict[str, Any] | None = Field(None, description="In a listing, with detailed=true.")
 
 
 class FlavorsPage(BaseModel):

@@ -16,6 +16,7 @@ from api.schemas import (
     ErrorOut,
     FlavorIn,
     FlavorOut,
+    FlavorPatch,
     FlavorsPage,
     PoolIn,
     PoolOut,
@@ -85,6 +86,8 @@ router = APIRouter(
 
 
 def _page(items: list[Any], marker: str | None, limit: int) -> list[Any]:
+    if marker is not None:
+        check_name(marker, "marker (the name of the last item of the previous page)")
     return [i for i in items if marker is None or i.name > marker][:limit]
 
 
@@ -145,7 +148,7 @@ async def _flavor_exists(store: PooledStore, flavor: str | None) -> None:
 
 
 async def _existing_pool(store: PooledStore, name: str) -> Pool:
-    pool = await store.catalogue.get_pool(name)
+    pool = await store.catalogue.get_pool(_name(name, "pool"))
     if pool is None:
         raise NotFound(f"Pool {name!r} does not exist.")
     return pool
@@ -217,20 +220,22 @@ async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Respo
 
 @router.delete("/v2/pools/{pool_name}", status_code=204, summary="Remove a pool that holds no queue (admin)")
 async def delete_pool(pool_name: str, store: PoolsDep) -> Response:
-    await store.catalogue.delete_pool(pool_name)
+    await store.catalogue.delete_pool(_name(pool_name, "pool"))
     return Response(status_code=204)
 
 
 # -- flavors -------------------------------------------------------------------------------------------------
 
 
-def _flavor_out(flavor: Flavor, pools: list[Pool]) -> dict[str, Any]:
-    return {
+def _flavor_out(flavor: Flavor, pools: list[Pool], *, detailed: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "name": flavor.name,
         "href": f"/v2/flavors/{flavor.name}",
         "pool_list": [p.name for p in pools if p.flavor == flavor.name],
-        "capabilities": flavor.capabilities,
     }
+    if detailed:
+        out["capabilities"] = flavor.capabilities
+    return out
 
 
 async def _set_pool_list(store: PooledStore, flavor: str, pool_list: list[str]) -> None:
@@ -251,19 +256,21 @@ async def list_flavors(
     limits: LimitsDep,
     marker: Annotated[str | None, Query(description="Name of the last flavor of the previous page.")] = None,
     limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
+    detailed: Annotated[bool, Query(description="Show each flavor's capabilities (as Zaqar).")] = False,
 ) -> Response:
     size = check_page_limit(limit if limit is not None else 10, limits)
     page = _page(await store.catalogue.list_flavors(), marker, size)
     pools = await store.catalogue.list_pools()
-    flavors = [_flavor_out(f, pools) for f in page]
-    return json_response({"flavors": flavors, "links": _links("/v2/flavors", page, size)})
+    flavors = [_flavor_out(f, pools, detailed=detailed) for f in page]
+    links = _links("/v2/flavors", page, size, detailed=str(detailed).lower())
+    return json_response({"flavors": flavors, "links": links})
 
 
 @router.put(
     "/v2/flavors/{flavor_name}",
     status_code=201,
     summary="Create a flavor, optionally putting pools in it (admin)",
-    openapi_extra=json_body(FlavorIn, required=True),
+    openapi_extra=json_body(FlavorIn),
 )
 async def create_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
     raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
@@ -279,7 +286,7 @@ async def create_flavor(flavor_name: str, store: PoolsDep, request: Request) -> 
 
 
 async def _existing_flavor(store: PooledStore, name: str) -> Flavor:
-    flavor = await store.catalogue.get_flavor(name)
+    flavor = await store.catalogue.get_flavor(_name(name, "flavor"))
     if flavor is None:
         raise NotFound(f"Flavor {name!r} does not exist.")
     return flavor
@@ -295,10 +302,10 @@ async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
     "/v2/flavors/{flavor_name}",
     response_model=FlavorOut,
     summary="Change a flavor's pools or capabilities (admin)",
-    openapi_extra=json_body(FlavorIn, required=True),
+    openapi_extra=json_body(FlavorPatch, required=True),
 )
 async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
-    body = await _patch_body(request, FlavorIn, "flavor")
+    body = await _patch_body(request, FlavorPatch, "flavor")
     flavor = await _existing_flavor(store, flavor_name)
     if body.capabilities is not None:
         flavor = Flavor(flavor.name, body.capabilities)
@@ -314,6 +321,7 @@ async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> R
     summary="Delete a flavor; its pools become flavorless (admin)",
 )
 async def delete_flavor(flavor_name: str, store: PoolsDep) -> Response:
+    flavor_name = _name(flavor_name, "flavor")
     if await store.catalogue.get_flavor(flavor_name) is not None:
         await _set_pool_list(store, flavor_name, [])
         await store.catalogue.delete_flavor(flavor_name)

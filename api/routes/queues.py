@@ -26,10 +26,18 @@ from api.errors import JSON_PATCH
 from api.params import CheckedRoute, open_query
 from api.render import json_response, stamp
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut, json_body
-from core.errors import Conflict, InvalidBody, MetadataChanged, PayloadTooLarge, UnsupportedMediaType
+from core.errors import (
+    Conflict,
+    InvalidBody,
+    InvalidInput,
+    MetadataChanged,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
 from core.limits import Limits, check_json_depth, check_name, check_page_limit
 from core.metadata import (
     DEAD_LETTER_QUEUE,
+    FLAVOR,
     DeadLetterDefaults,
     QueuePolicy,
     check_dead_letter_chain,
@@ -39,6 +47,7 @@ from core.metadata import (
 from core.models import QueueInfo, QueueRef
 from core.queue_filter import QueueFilter
 from storage.base import Store
+from storage.pooling.store import PooledStore
 
 router = APIRouter(
     route_class=CheckedRoute, tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
@@ -85,6 +94,11 @@ async def _checked(
     if size > limits.max_queue_metadata:
         raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
     policy = parse_policy(metadata, limits, queue=q.name)
+    if metadata.get(FLAVOR) is not None and not isinstance(store, PooledStore):
+        raise InvalidInput(
+            f"{FLAVOR} chooses the pool a queue is placed in, and this service runs without pools "
+            "(CHARON_POOLING=false): it would have no effect. Leave it out."
+        )
     if policy.dead_letter_queue is not None:
 
         async def dead_letter_queue_of(name: str) -> str | None:
