@@ -137,7 +137,11 @@ def _metadata_filters() -> Schema:
         "explode": True,
         "schema": {
             "type": "object",
-            "additionalProperties": {"type": "string", "maxLength": MAX_FILTER_VALUE},
+            # a value is text on the wire, whatever it spells (a number, true): only its length is bounded
+            "additionalProperties": {
+                "type": ["string", "number", "boolean", "null"],
+                "maxLength": MAX_FILTER_VALUE,
+            },
             "propertyNames": {"minLength": 1, "maxLength": MAX_FILTER_VALUE, "not": {"enum": reserved}},
             "maxProperties": MAX_FILTERS,
         },
@@ -233,10 +237,44 @@ def _components(schemas: dict[str, Schema], limits: Limits) -> None:
         schemas.pop(unused, None)
 
 
+MESSAGE = "/v2/queues/{queue_name}/messages/{message_id}"
+TASK = "/v2/queues/{queue_name}/redrive/{task_id}"
+# OpenAPI links: where an answer names a resource another operation takes (clients and stateful fuzzing
+# follow them; Location headers say the rest). (from path, method, status) -> [(name, path, method, id)]
+LINKS: dict[tuple[str, str, str], list[tuple[str, str, str, str]]] = {
+    ("/v2/queues/{queue_name}/claims", "post", "201"): [
+        ("GetClaimedMessage", MESSAGE, "get", "$response.body#/messages/0/id"),
+        ("DeleteClaimedMessage", MESSAGE, "delete", "$response.body#/messages/0/id"),
+        ("ReleaseClaimedMessage", f"{MESSAGE}/release", "post", "$response.body#/messages/0/id"),
+        ("RejectClaimedMessage", f"{MESSAGE}/dead_letter", "post", "$response.body#/messages/0/id"),
+    ],
+    ("/v2/queues/{queue_name}/messages", "get", "200"): [
+        ("GetListedMessage", MESSAGE, "get", "$response.body#/messages/0/id"),
+        ("DeleteListedMessage", MESSAGE, "delete", "$response.body#/messages/0/id"),
+    ],
+    ("/v2/queues/{queue_name}/redrive", "post", "202"): [
+        ("GetRedriveTask", TASK, "get", "$response.body#/id"),
+        ("CancelRedriveTask", TASK, "delete", "$response.body#/id"),
+    ],
+}
+
+
+def _links(paths: dict[str, Schema]) -> None:
+    for (path, method, status), links in LINKS.items():
+        response = paths[path][method]["responses"][status]
+        for name, target, target_method, value in links:
+            key = "task_id" if "{task_id}" in target else "message_id"
+            response.setdefault("links", {})[name] = {
+                "operationId": paths[target][target_method]["operationId"],
+                "parameters": {"queue_name": "$request.path.queue_name", key: value},
+            }
+
+
 def refine(schema: Schema, limits: Limits) -> None:
     """Make FastAPI's `schema` the exact contract of a service with these `limits` (in place)."""
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
             _parameters(path, operation, limits)
             _responses(path, method, operation)
+    _links(schema.get("paths", {}))
     _components(schema.setdefault("components", {}).setdefault("schemas", {}), limits)

@@ -224,7 +224,7 @@ class MessageOut(BaseModel):
 
 class MessagesPage(BaseModel):
     messages: list[MessageOut]
-    links: list[Link]
+    links: list[Link] = Field(default_factory=list, description="Absent when messages are asked by `ids`.")
 
 
 class MessagesOut(BaseModel):

@@ -72,8 +72,10 @@ def zaqar_venv() -> Path:
 class Service:
     """A server process on a free port, ready once GET /v2/ping answers 204."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log: Path) -> None:
-        self.name, self.argv, self.env, self.port, self.log = name, argv, env, port, log
+    def __init__(
+        self, name: str, argv: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = ROOT
+    ) -> None:
+        self.name, self.argv, self.env, self.port, self.log, self.cwd = name, argv, env, port, log, cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -83,7 +85,7 @@ class Service:
     def __enter__(self) -> Service:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

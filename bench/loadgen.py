@@ -1,7 +1,8 @@
 """A load generator for any Zaqar-v2-compatible endpoint: one process, asyncio, loopback.
 
 Workloads (see bench/README.md):
-  produce   16 producers post batches of 10 messages (~256 bytes each) until --messages are posted
+  produce   16 producers post batches of 10 messages (~256 bytes each) until --messages are posted (with
+            --idempotency, each post with an Idempotency-Key of its own)
   pipeline  --messages are posted (untimed), then 16 consumers claim (limit 10) and delete each message
             with its claim id
   dlq       a queue with `_max_claim_count` 2 and a DLQ; consumers claim and release until every message is
@@ -88,12 +89,20 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(
-        self, kind: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None
+        self,
+        kind: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
         """(status, parsed JSON body or None). Retries once on a fresh connection when a kept-alive one was
         closed by the server before it answered."""
         payload = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         head = f"{method} {path} HTTP/1.1\r\n{self.fixed}"
+        head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         if payload or method in ("POST", "PUT", "PATCH"):
             head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
         data = head.encode() + b"\r\n" + payload
@@ -185,7 +194,9 @@ def _check(status: int, body: Any, what: str) -> None:
         raise HttpError(f"{what}: HTTP {status} {body}")
 
 
-async def post_all(client: Client, queue: str, n: int, run: str, concurrency: int, *, timed: bool) -> None:
+async def post_all(
+    client: Client, queue: str, n: int, run: str, concurrency: int, *, timed: bool, keyed: bool = False
+) -> None:
     """Post messages 0..n-1 in batches of BATCH from `concurrency` connections."""
     next_seq = iter(range(0, n, BATCH))
 
@@ -193,8 +204,9 @@ async def post_all(client: Client, queue: str, n: int, run: str, concurrency: in
         conn = client.connection() if timed else client.untimed()
         for first in next_seq:
             batch = [{"ttl": 3600, "body": message_body(s, run)} for s in range(first, min(first + BATCH, n))]
+            key = {"Idempotency-Key": f"{run}-{first}"} if keyed else None
             status, body = await conn.request(
-                "post", "POST", f"/v2/queues/{queue}/messages", {"messages": batch}
+                "post", "POST", f"/v2/queues/{queue}/messages", {"messages": batch}, headers=key
             )
             _check(status, body, "post")
         conn.close()
@@ -297,7 +309,7 @@ async def set_metadata(conn: Connection, queue: str, metadata: dict[str, Any]) -
 async def produce(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
     queue = f"produce-{run}"
     start = time.perf_counter()
-    await post_all(client, queue, args.messages, run, args.concurrency, timed=True)
+    await post_all(client, queue, args.messages, run, args.concurrency, timed=True, keyed=args.idempotency)
     elapsed = time.perf_counter() - start
     seen = await read_back(client, queue, args.messages)
     return {"msgs_per_s": args.messages / elapsed, "seconds": elapsed, **integrity(seen, args.messages)}
@@ -445,6 +457,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--depth-big", type=int, default=1_000_000)
     p.add_argument("--depth-claims", type=int, default=500, help="depth: claims timed per queue")
     p.add_argument("--project", default="bench")
+    p.add_argument(
+        "--idempotency", action="store_true", help="produce: every post carries an Idempotency-Key of its own"
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 

@@ -43,6 +43,8 @@ class QueueFilter:
                 f"A queue listing takes at most {MAX_FILTERS} metadata filters; got {len(pairs)}."
             )
         for key, value in pairs:
+            if not key:
+                raise InvalidInput("A metadata filter needs a key: key=value.")
             if len(value) > MAX_FILTER_VALUE or len(key) > MAX_FILTER_VALUE:
                 raise InvalidInput(f"Metadata filter {key[:40]!r}: at most {MAX_FILTER_VALUE} characters.")
         if name is not None and not 1 <= len(name) <= 64:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
@@ -24,7 +25,7 @@ from api.schemas import (
     PoolsPage,
     json_body,
 )
-from core.errors import Conflict, InvalidInput, NotAuthorized, NotFound, StorageUnavailable
+from core.errors import CharonError, Conflict, InvalidInput, NotAuthorized, NotFound
 from core.limits import check_json_depth, check_name, check_page_limit
 from storage.base import Store
 from storage.pooling.catalogue import Flavor, Pool
@@ -126,18 +127,26 @@ def _pool_out(pool: Pool, *, detailed: bool) -> dict[str, Any]:
     return out
 
 
-async def _check_reachable(pool: Pool, namespace: str) -> None:
-    """400 unless the pool's URI opens a driver that answers, so a typo never becomes a pool."""
-    store: Store = open_store(
-        pool.uri, namespace=pool_namespace(pool, namespace), timeout=URI_CHECK_TIMEOUT_S
-    )
+async def _check_reachable(pool: Pool, request: Request) -> None:
+    """400 unless the pool's URI opens a driver that answers within the storage timeout, so a typo never
+    becomes a pool. The URI is the client's: anything its parsing raises (a port out of range, an option
+    redis-py or PyMongo refuses) is a reason to refuse it, not a failure of the service."""
+    settings = request.app.state.settings
+    timeout = min(settings.storage_timeout, URI_CHECK_TIMEOUT_S)
+    store: Store | None = None
     try:
-        await asyncio.wait_for(store.ping(), URI_CHECK_TIMEOUT_S)
-    except (StorageUnavailable, TimeoutError) as exc:
-        reason = exc.description if isinstance(exc, StorageUnavailable) else "no answer in time"
-        raise InvalidInput(f"Pool {pool.name!r}: its uri does not answer ({reason}).") from None
+        store = open_store(pool.uri, namespace=pool_namespace(pool, settings.namespace), timeout=timeout)
+        await asyncio.wait_for(store.ping(), timeout)
+    except CharonError as exc:
+        raise InvalidInput(f"Pool {pool.name!r}: its uri does not answer ({exc}).") from None
+    except TimeoutError:
+        raise InvalidInput(f"Pool {pool.name!r}: its uri does not answer within {timeout:g} s.") from None
+    except Exception as exc:
+        raise InvalidInput(f"Pool {pool.name!r}: its uri cannot be used ({str(exc)[:200]}).") from None
     finally:
-        await store.aclose()
+        if store is not None:
+            with contextlib.suppress(Exception):
+                await store.aclose()
 
 
 async def _flavor_exists(store: PooledStore, flavor: str | None) -> None:
@@ -184,7 +193,7 @@ async def create_pool(pool_name: str, store: PoolsDep, request: Request) -> Resp
     if await store.catalogue.get_pool(pool.name) is not None:
         raise Conflict(f"Pool {pool.name!r} exists; change it with PATCH /v2/pools/{pool.name}.")
     await _flavor_exists(store, pool.flavor)
-    await _check_reachable(pool, request.app.state.settings.namespace)
+    await _check_reachable(pool, request)
     await store.catalogue.put_pool(pool)
     return Response(status_code=201, headers={"Location": f"/v2/pools/{pool.name}"})
 
@@ -213,7 +222,7 @@ async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Respo
     )
     await _flavor_exists(store, changed.flavor)
     if (changed.uri, changed.options) != (pool.uri, pool.options):
-        await _check_reachable(changed, request.app.state.settings.namespace)
+        await _check_reachable(changed, request)
     await store.catalogue.put_pool(changed)
     return json_response(_pool_out(changed, detailed=True))
 

@@ -98,13 +98,15 @@ def fingerprint(body: PostMessagesIn) -> str:
 
 
 def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
-    """Ids come comma-separated (Zaqar's docs) or as repeated parameters (python-zaqarclient sends those)."""
-    ids = [i for part in raw for i in part.split(",") if i]
-    if not ids:
-        raise InvalidInput("ids must list at least one message id.")
+    """Ids come comma-separated (Zaqar's docs) or as repeated parameters (python-zaqarclient sends those);
+    each must be an id (32 lowercase hex digits)."""
+    ids = [i for part in raw for i in part.split(",")]
     if len(ids) > max_ids:
         raise InvalidInput(f"ids may list at most {max_ids} message ids; got {len(ids)}.")
-    return [MessageId(i) for i in ids if is_valid_id(i)]
+    for i in ids:
+        if not is_valid_id(i):
+            raise InvalidInput(f"ids lists message ids (32 lowercase hex digits) by commas; got {i[:40]!r}.")
+    return [MessageId(i) for i in ids]
 
 
 @router.post(

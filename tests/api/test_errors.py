@@ -140,6 +140,8 @@ CASES = [
     ("queue-list-limit", "GET", "/v2/queues?limit=0", {}, 400, "limit must be between 1 and 20"),
     ("too-many-ids", "GET", "/v2/queues/q/messages?ids=" + ",".join(["a" * 32] * 21), {}, 400, "at most 20"),
     ("ids-and-pop", "DELETE", "/v2/queues/q/messages?ids=" + "a" * 32 + "&pop=1", {}, 400, "either ids"),
+    ("ids-not-ids", "GET", "/v2/queues/q/messages?ids=" + "a" * 32 + ",nope", {}, 400, "got 'nope'"),
+    ("ids-empty-item", "DELETE", "/v2/queues/q/messages?ids=,", {}, 400, "got ''"),
     ("neither-ids-nor-pop", "DELETE", "/v2/queues/q/messages", {}, 400, "either ids"),
     ("pop-too-large", "DELETE", "/v2/queues/q/messages?pop=21", {}, 400, "pop must be between 1 and 20"),
     ("malformed-message-id", "GET", "/v2/queues/q/messages/not-an-id", {}, 404, "does not exist"),

@@ -181,6 +181,11 @@ async def test_pool_lifecycle(client: httpx.AsyncClient, redis_url: str, second_
         ({"weight": 1}, "uri"),
         ({"uri": "redis://x", "weight": 1, "group": "g"}, "group"),
         ({"uri": "redis://x", "weight": 1, "flavor": "unknown"}, "Flavor 'unknown' does not exist"),
+        # URIs the drivers' own parsers refuse (each was a 500 before)
+        ({"uri": "mongodb://", "weight": 1}, "its uri cannot be used"),
+        ({"uri": "redis://:99999999", "weight": 1}, "its uri cannot be used"),
+        ({"uri": "mongodb+srv://x", "weight": 1}, "its uri cannot be used"),
+        ({"uri": "rediss://h:1?ssl_cert_reqs=bogus", "weight": 1}, "its uri cannot be used"),
     ],
 )
 async def test_bad_pools_are_refused_with_what_is_wrong(

@@ -1,6 +1,6 @@
 """Schemathesis hooks for the contract fuzz (tests/acceptance/test_contract_fuzz.py).
 
-- Zaqar's JSON-patch media type is JSON on the wire.
+- Zaqar's JSON-patch media type, and the JSON-home document of GET /v2, are JSON on the wire.
 - A message body is any JSON value, but an integer literal beyond 64 bits is refused (400: it could not come
   back exactly), which JSON Schema cannot say (to it, 1e30 and 1000000000000000000000000000000 are one
   number): bodies with such literals are kept out of the cases that must be accepted.
@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import schemathesis
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 INT_RANGE = (-(2**63), 2**64 - 1)
 
 schemathesis.serializer.alias(JSON_PATCH, "application/json")
+
+
+@schemathesis.deserializer("application/json-home")
+def json_home(ctx: Any, response: Any) -> Any:
+    return orjson.loads(response.content)
 
 
 def _fits(value: Any) -> bool:
