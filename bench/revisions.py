@@ -114,29 +114,25 @@ def median(runs: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def _row(label: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
+    rate_b, rate_a = median(before, "msgs_per_s"), median(after, "msgs_per_s")
+    cpu_b, cpu_a = median(before, "cpu_us_per_msg"), median(after, "cpu_us_per_msg")
+    bad = sum(r["lost"] + r["duplicated"] for r in before + after)
+    return (
+        f"| {label} | {rate_b:,.0f} | {rate_a:,.0f} | {rate_a / rate_b:.2f} | {cpu_b:.0f} | {cpu_a:.0f} | "
+        f"{cpu_a / cpu_b:.2f} | {bad} |"
+    )
+
+
 def report(results: dict[str, dict[str, list[dict[str, Any]]]], base: str) -> str:
     lines = [
         f"| workload | base {base} msgs/s | this msgs/s | this / base | base CPU us/msg | this CPU us/msg | "
         "this / base | lost, dup |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for workload in WORKLOADS:
-        b, h = results[workload]["base"], results[workload]["head"]
-        rate_b, rate_h = median(b, "msgs_per_s"), median(h, "msgs_per_s")
-        cpu_b, cpu_h = median(b, "cpu_us_per_msg"), median(h, "cpu_us_per_msg")
-        bad = sum(r["lost"] + r["duplicated"] for r in b + h)
-        lines.append(
-            f"| {workload} | {rate_b:,.0f} | {rate_h:,.0f} | {rate_h / rate_b:.2f} | {cpu_b:.0f} | {cpu_h:.0f} "
-            f"| {cpu_h / cpu_b:.2f} | {bad} |"
-        )
-    plain, keyed = results["produce"]["head"], results["produce+key"]["head"]
-    lines.append(
-        f"| produce with Idempotency-Key, against this produce | {median(plain, 'msgs_per_s'):,.0f} | "
-        f"{median(keyed, 'msgs_per_s'):,.0f} | {median(keyed, 'msgs_per_s') / median(plain, 'msgs_per_s'):.2f} "
-        f"| {median(plain, 'cpu_us_per_msg'):.0f} | {median(keyed, 'cpu_us_per_msg'):.0f} | "
-        f"{median(keyed, 'cpu_us_per_msg') / median(plain, 'cpu_us_per_msg'):.2f} | "
-        f"{sum(r['lost'] + r['duplicated'] for r in keyed)} |"
-    )
+    lines += [_row(w, results[w]["base"], results[w]["head"]) for w in WORKLOADS]
+    keyed = "produce with an Idempotency-Key (base: this produce without)"
+    lines.append(_row(keyed, results["produce"]["head"], results["produce+key"]["head"]))
     return "\n".join(lines)
 
 
