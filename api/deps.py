@@ -11,7 +11,6 @@ request here, and api/contract.py puts them in the OpenAPI document of every que
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple, TypeVar
 
@@ -212,7 +211,11 @@ class JsonBody(NamedTuple):
     containers: int  # '[' and '{' in the text: a bound on how deep it nests, so most bodies skip the walk
 
 
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")  # 2**63 has 19 digits: a shorter run is always in range
+# A run of 19 digits (2**63 has 19; a shorter integer is always in range), found by mapping every digit to
+# "0" and all else to " " and searching for the run: a tenth of the time of re.search(rb"[0-9]{19}"), which
+# cost 22 us on a 10-message post (bench/README.md).
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
 INT_RANGE = (-(2**63), 2**64 - 1)  # what orjson reads as an int; beyond, it would read a float
 
 
@@ -234,7 +237,7 @@ async def read_json(request: Request, *, max_size: int, what: str) -> JsonBody:
         if str(exc).startswith("depth limit exceeded"):
             raise _too_deep(request) from None
         raise InvalidBody(f"Request body could not be parsed: it is not valid JSON ({exc}).") from None
-    if _LONG_DIGITS.search(raw):
+    if _LONG_RUN in raw.translate(_DIGITS):
         try:
             _check_integers(raw)
         except RecursionError:  # deeper than the standard library reads: far past any depth limit

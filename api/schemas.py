@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -14,6 +14,8 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
+    StrictInt,
     WithJsonSchema,
 )
 
@@ -31,21 +33,39 @@ def _name(value: str) -> str:
 Name = Annotated[str, AfterValidator(_name), WithJsonSchema(dict(NAME_SCHEMA))]
 
 
-def _whole(value: Any) -> Any:
-    """JSON Schema's integer: a number with no fraction (60 or 60.0), never a boolean or a string."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+def _integral(value: float) -> int:
+    if not value.is_integer():
         raise ValueError("Input should be a whole number")
-    return value
+    return int(value)
 
 
-# An integer as JSON Schema (and so openapi.yaml) means it: 60.0 is 60.
-Whole = Annotated[int, BeforeValidator(_whole)]
-# Whole numbers in bounds (the bounds before the validator, so they are published as minimum and maximum).
-Count = Annotated[int, Field(ge=1, le=10**9), BeforeValidator(_whole)]
-Rate = Annotated[int, Field(ge=1, le=10_000), BeforeValidator(_whole)]
-Weight = Annotated[int, Field(ge=0, le=2**32 - 1), BeforeValidator(_whole)]
+def whole(lo: int | None = None, hi: int | None = None) -> Any:
+    """An integer as JSON Schema (and so openapi.yaml) means it, within [lo, hi]: 60.0 is 60; never a boolean
+    or a string. Ints take pydantic-core's own path (a Python validator for every field was 8 us a post)."""
+
+    def bounded(value: int) -> int:
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise ValueError(f"Input should be between {lo} and {hi}")
+        return value
+
+    schema: dict[str, Any] = {"type": "integer"}
+    schema.update({k: v for k, v in (("minimum", lo), ("maximum", hi)) if v is not None})
+    number = StrictInt | Annotated[StrictFloat, AfterValidator(_integral)]
+    if lo is None and hi is None:
+        return Annotated[number, WithJsonSchema(schema)]
+    return Annotated[number, AfterValidator(bounded), WithJsonSchema(schema)]
+
+
+if TYPE_CHECKING:  # what the fields hold, for mypy: ints
+    Whole: TypeAlias = int
+    Count: TypeAlias = int
+    Rate: TypeAlias = int
+    Weight: TypeAlias = int
+else:
+    Whole = whole()
+    Count = whole(1, 10**9)
+    Rate = whole(1, 10_000)
+    Weight = whole(0, 2**32 - 1)
 
 
 def _timestamp(value: Any) -> Any:
