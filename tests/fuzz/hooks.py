@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import schemathesis
 
-JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
-INT_RANGE = (-(2**63), 2**64 - 1)
+from api.deps import INT_RANGE
+from api.errors import JSON_PATCH
 
 schemathesis.serializer.alias(JSON_PATCH, "application/json")
 
