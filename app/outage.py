@@ -3,6 +3,7 @@ starts failing, one when it recovers, and a wait that doubles while it fails, up
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -38,3 +39,13 @@ class Outage:
             self.log.warning("%s recovered after %d failed attempts (%.1f s)", self.what, self.failures, took)
             self.failures = 0
         return self.interval
+
+
+def stop_if_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop. A cancellation that lands inside a storage
+    client can come out as an error, or not at all: redis-py sometimes returns the command's answer and
+    leaves the task marked as cancelling (tests/contract/test_shutdown.py). A loop that did not look would
+    run on, and a SIGTERM'd process would never finish its shutdown."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from app.outage import Outage
+from app.outage import Outage, stop_if_cancelled
 from core.errors import CharonError
 from core.models import QueueRef, RedriveTask, TaskId
 from storage.base import Store
@@ -64,11 +64,13 @@ class RedriveRunner:
                 )
                 if task.status != "running" or task.owner != self.owner:
                     return task
+                stop_if_cancelled()
                 if rate:
                     await asyncio.sleep(max(0.0, (task.moved - before) / rate - (time.monotonic() - began)))
                 else:
                     await asyncio.sleep(0)  # let requests in between batches
         except Exception as exc:
+            stop_if_cancelled()
             if raise_errors:
                 raise
             if isinstance(exc, CharonError):  # storage down, or the task or its queue gone
@@ -95,6 +97,7 @@ class RedriveRunner:
                     wait = outage.ok()
                 except Exception as exc:
                     wait = outage.failed(exc)
+                stop_if_cancelled()
                 await asyncio.sleep(wait)
         finally:
             await self.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.outage import Outage
+from app.outage import Outage, stop_if_cancelled
 from storage.base import Store
 
 log = logging.getLogger("charon.sweeper")
@@ -20,7 +20,6 @@ async def run_sweeper(store: Store, interval: float) -> None:
     interval, and a process that dies holding it delays the next sweep by less than one interval.
     """
     lease_ms = max(int(interval * 900), 1)
-    task = asyncio.current_task()
     outage = Outage(log, "sweeper", interval)
     while True:
         try:
@@ -28,8 +27,5 @@ async def run_sweeper(store: Store, interval: float) -> None:
             wait = outage.ok()
         except Exception as exc:  # a bug must not stop eager dead-lettering for the life of the process
             wait = outage.failed(exc)
-        # A cancellation that lands inside the storage client can come out as an error, or not at all
-        # (redis-py closes the connection and returns); honour it here so shutdown never hangs.
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
+        stop_if_cancelled()
         await asyncio.sleep(wait)

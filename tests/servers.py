@@ -230,6 +230,13 @@ class CharonProcess:
             time.sleep(0.05)
 
     def stop(self) -> None:
+        """SIGTERM, and the process must exit within 15 s (a shutdown that hangs is a defect: it is killed,
+        so that it does not outlive the test, and the test fails)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(15)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"charon on :{self.port} did not exit in 15 s after SIGTERM") from None
