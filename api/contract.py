@@ -168,6 +168,8 @@ def _responses(path: str, method: str, operation: Schema) -> None:
     wanted = {400, 503}
     if method in WRITES and path != "/v2/ping":
         wanted.add(507)
+    if "requestBody" in operation:
+        wanted.add(413)  # every body is read with a size limit (api/deps.py read_json)
     if "_id}" in path or ("_name}" in path and not path.startswith("/v2/queues")) or "/redrive" in path:
         wanted.add(404)  # an unknown id, pool or flavor; a queue no pool holds (redrive, with pooling)
     for key, response in responses.items():
@@ -231,7 +233,6 @@ def _components(schemas: dict[str, Schema], limits: Limits) -> None:
     bounded("MessageIn", "delay", 0, limits.max_message_delay)
     bounded("ClaimIn", "ttl", limits.min_claim_ttl, limits.max_claim_ttl)
     bounded("ClaimIn", "grace", 0, limits.max_claim_grace)
-    schemas["PatchOp"]["properties"]["path"]["pattern"] = "^/metadata/.+"
     schemas["QueueMetadata"] = _metadata_schema(limits)
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)

@@ -18,6 +18,7 @@ import orjson
 from fastapi import Depends, Query, Request
 from pydantic import BaseModel, ValidationError
 
+from api.errors import describe_errors
 from app.redrive import RedriveRunner
 from core.clock import Clock
 from core.errors import InvalidBody, InvalidInput, PayloadTooLarge
@@ -68,22 +69,29 @@ async def show_provenance(request: Request, provenance: ProvenanceQuery = None) 
 
 
 def identity_headers(request: Request) -> tuple[str | None, str | None]:
-    """X-Project-ID and Client-ID as sent, each None when absent; 400 when either is sent twice: a proxy that
-    appends its own X-Project-ID instead of replacing the client's must not let the client's win."""
+    """X-Project-ID and Client-ID as sent, each None when absent; 400 when either, or the roles header
+    (X-Roles), is sent twice: a proxy that appends its own instead of replacing the client's must not let
+    the client's win."""
     project = client = None
+    roles_header: bytes = request.app.state.roles_header
+    roles = False
     for name, value in request.scope["headers"]:  # ASGI: lowercase names, in the order received
         if name == b"x-project-id":
             if project is not None:
-                raise _sent_twice("X-Project-ID")
+                raise sent_twice("X-Project-ID")
             project = value.decode("latin-1")
         elif name == b"client-id":
             if client is not None:
-                raise _sent_twice("Client-ID")
+                raise sent_twice("Client-ID")
             client = value.decode("latin-1")
+        elif name == roles_header:
+            if roles:
+                raise sent_twice(request.app.state.settings.roles_header)
+            roles = True
     return project, client
 
 
-def _sent_twice(header: str) -> InvalidInput:
+def sent_twice(header: str) -> InvalidInput:
     return InvalidInput(f"The {header} header is sent more than once; send it exactly once.")
 
 
@@ -286,12 +294,11 @@ def _kind(value: Any) -> str:
     return "an array" if isinstance(value, list) else kinds.get(type(value), "another JSON value")
 
 
-def validate_body(model: type[M], data: Any) -> M:
+def validate_body(model: type[M], data: Any, what: str = "The body") -> M:
+    """`data` (a JSON object) as `model`; 400 naming each field that is wrong, and how."""
+    if not isinstance(data, dict):
+        raise InvalidBody(f"{what} must be a JSON object; got {_kind(data)}.")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        parts = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            parts.append(f"{where}: {err['msg']}" if where else err["msg"])
-        raise InvalidBody("; ".join(parts)) from None
+        raise InvalidBody(describe_errors(exc.errors())) from None

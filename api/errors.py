@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,11 +22,18 @@ def error_response(status: int, title: str, description: str) -> JSONResponse:
     return JSONResponse({"title": title, "description": description}, status_code=status, headers=headers)
 
 
-def describe_validation(exc: RequestValidationError) -> str:
+def describe_errors(errors: Sequence[Any], *, sourced: bool = False) -> str:
+    """Validation errors as one sentence: each names the field, the rule, and the value sent when it is a
+    scalar (as JSON): "messages.0.ttl: must be a whole number (got 60.5)". `sourced`: FastAPI's errors,
+    whose locations start with where the value came from ("query", "body", ...)."""
     parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query", "header", "path"))
-        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid")))
+    for err in errors:
+        where = ".".join(str(p) for p in err.get("loc", ())[1 if sourced else 0 :])
+        rule = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        sent = err.get("input")
+        if err.get("type") != "missing" and (sent is None or isinstance(sent, bool | int | float | str)):
+            rule += f" (got {orjson.dumps(sent if not isinstance(sent, str) else sent[:60]).decode()})"
+        parts.append(f"{where}: {rule}" if where else rule)
     return "; ".join(parts) or "The request is not valid."
 
 
@@ -38,7 +49,7 @@ async def _charon_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(400, "Invalid API request", describe_validation(exc))
+    return error_response(400, "Invalid API request", describe_errors(exc.errors(), sourced=True))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -89,11 +89,15 @@ def create_app(
         version=VERSION,
         description="A Zaqar-v2-compatible message queue with first-class dead-letter queues.",
         lifespan=lifespan,
+        # No redirect from /x/ to /x: a 307 keeps its method, and DELETE .../messages/..%2f was sent on to
+        # DELETE /v2/queues/<name>/ and then to the queue itself. A path that matches nothing is a JSON 404.
+        redirect_slashes=False,
         docs_url=None,
         redoc_url=None,
     )
     app.state.settings = settings
     app.state.limits = settings.limits
+    app.state.roles_header = settings.roles_header.lower().encode("latin-1")  # as ASGI gives header names
     app.state.provenance = settings.provenance
     app.state.clock = clock
     app.state.defaults = defaults

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
-from api.deps import LimitsDep, read_object, validate_body
+from api.deps import LimitsDep, read_object, sent_twice, validate_body
 from api.params import CheckedRoute
 from api.render import json_response
 from api.schemas import (
@@ -43,9 +43,7 @@ def is_admin(request: Request) -> bool:
     settings = request.app.state.settings
     sent = request.headers.getlist(settings.roles_header)
     if len(sent) > 1:  # a proxy that appends its roles header instead of replacing the client's
-        raise InvalidInput(
-            f"The {settings.roles_header} header is sent more than once; send it exactly once."
-        )
+        raise sent_twice(settings.roles_header)
     roles = {r.strip().lower() for r in (sent[0] if sent else "").split(",")}
     return bool(settings.admin_mode) and settings.admin_role.lower() in roles
 

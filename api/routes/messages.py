@@ -25,6 +25,7 @@ from api.deps import (
     query_parameter,
     read_json,
     read_object,
+    sent_twice,
     validate_body,
 )
 from api.params import CheckedRoute
@@ -81,7 +82,7 @@ def idempotency_key(request: Request) -> str | None:
     if not sent:
         return None
     if len(sent) > 1:
-        raise InvalidInput("The Idempotency-Key header is sent more than once; send it exactly once.")
+        raise sent_twice("Idempotency-Key")
     key = sent[0].strip()
     if _KEY_RE.fullmatch(key) is None:
         raise InvalidInput(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
@@ -253,9 +254,13 @@ async def get_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: D
 def _apply_patch(metadata: dict[str, Any], ops: list[PatchOp]) -> dict[str, Any]:
     patched = dict(metadata)
     for op in ops:
-        if not op.path.startswith("/metadata/") or op.path == "/metadata/":
-            raise InvalidBody(f"Patch paths must look like /metadata/<key>; got {op.path!r}.")
-        key = op.path.removeprefix("/metadata/").replace("~1", "/").replace("~0", "~")
+        pointer = op.path.removeprefix("/metadata/")
+        if pointer == op.path or not pointer or "/" in pointer or re.search("~(?![01])", pointer):
+            raise InvalidBody(
+                "A patch path names one key of the metadata as a JSON Pointer, /metadata/<key>, with / in "
+                f"the key written ~1 and ~ written ~0 (RFC 6901); got {op.path[:300]!r}."
+            )
+        key = pointer.replace("~1", "/").replace("~0", "~")
         reserved = key.startswith("_")
         if op.op in ("replace", "remove") and key not in patched and not reserved:
             raise Conflict(f"Cannot {op.op} metadata key {key!r}: the queue has no such key.")
@@ -281,7 +286,7 @@ async def patch_queue(
     raw = (await read_json(request, max_size=limits.max_queue_metadata, what="The patch")).value
     if not isinstance(raw, list) or not raw:
         raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
-    ops = [validate_body(PatchOp, item) for item in raw]
+    ops = [validate_body(PatchOp, item, f"Operation {i}") for i, item in enumerate(raw)]
 
     async def patched() -> Any:
         return _apply_patch(await store.get_metadata(q), ops)

@@ -42,7 +42,14 @@ CASES = [
     ("claim-limit-not-int", "POST", "/v2/queues/q/claims?limit=ten", {}, 400, "limit: Input should be"),
     ("claim-provenance-not-bool", "POST", "/v2/queues/q/claims?provenance=maybe", {}, 400, "provenance:"),
     ("release-delay-not-int", "DELETE", "/v2/queues/q/claims/" + "a" * 32 + "?delay=1.5", {}, 400, "delay:"),
-    ("no-messages-key", "POST", "/v2/queues/q/messages", {"json": [{"body": 1}]}, 400, "Input should be"),
+    (
+        "no-messages-key",
+        "POST",
+        "/v2/queues/q/messages",
+        {"json": [{"body": 1}]},
+        400,
+        "must be a JSON object; got an array",
+    ),
     ("empty-messages", "POST", "/v2/queues/q/messages", {"json": {"messages": []}}, 400, "at least 1"),
     (
         "message-without-body",
