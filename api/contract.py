@@ -169,7 +169,7 @@ def _responses(path: str, method: str, operation: Schema) -> None:
     if method in WRITES and path != "/v2/ping":
         wanted.add(507)
     if "requestBody" in operation:
-        wanted.add(413)  # every body is read with a size limit (api/deps.py read_json)
+        wanted |= {413, 415}  # every body is read with a size limit, in UTF-8 (api/deps.py read_json)
     if "_id}" in path or ("_name}" in path and not path.startswith("/v2/queues")) or "/redrive" in path:
         wanted.add(404)  # an unknown id, pool or flavor; a queue no pool holds (redrive, with pooling)
     for key, response in responses.items():

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from api.errors import describe_errors
 from app.redrive import RedriveRunner
 from core.clock import Clock
-from core.errors import InvalidBody, InvalidInput, PayloadTooLarge
+from core.errors import InvalidBody, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_client_id, check_project, check_queue_name
 from core.metadata import DeadLetterDefaults
 from core.models import QueueRef
@@ -231,6 +231,7 @@ async def read_json(request: Request, *, max_size: int, what: str) -> JsonBody:
     """The parsed JSON body (None when empty) and its size in bytes; 413 past `max_size`, 400 for text that
     is not JSON (a lone surrogate, invalid UTF-8, NaN, a number beyond a double) or holds an integer that
     could not come back exactly (outside INT_RANGE: orjson would read it as a float)."""
+    _check_charset(request.headers.get("content-type"))
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_size:
         raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {declared}.")
@@ -251,6 +252,21 @@ async def read_json(request: Request, *, max_size: int, what: str) -> JsonBody:
         except RecursionError:  # deeper than the standard library reads: far past any depth limit
             raise _too_deep(request) from None
     return JsonBody(value, len(raw), raw.count(b"[") + raw.count(b"{"))
+
+
+def _check_charset(content_type: str | None) -> None:
+    """415 when the Content-Type declares a charset other than UTF-8 (bodies are read as UTF-8 JSON, RFC 8259:
+    `charset=iso-8859-1` would otherwise be ignored). The media type itself is not checked: Zaqar reads any
+    body as JSON, and curl -d sends application/x-www-form-urlencoded."""
+    if content_type is None or ";" not in content_type:
+        return
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"')
+        if name.strip().lower() == "charset" and charset.lower() not in ("utf-8", "utf8"):
+            raise UnsupportedMediaType(
+                f"Bodies are JSON in UTF-8; the Content-Type says charset={charset[:40]}."
+            )
 
 
 def _check_integers(raw: bytes) -> None:

@@ -256,9 +256,11 @@ async def test_a_bad_field_is_named_with_the_rule_and_what_was_sent(
         assert internal not in description, description
 
 
-async def test_every_body_past_its_limit_is_refused_with_413_as_published(client: httpx.AsyncClient) -> None:
+async def test_every_body_past_its_limit_or_not_utf8_is_refused_as_published(
+    client: httpx.AsyncClient,
+) -> None:
     """Each queue operation that takes a body, as openapi.yaml lists them: 2 MB (past every limit) answers
-    413, and openapi.yaml says it may."""
+    413, a charset other than UTF-8 415, and openapi.yaml says they may."""
     from tests.api.test_openapi import SPEC
 
     spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
@@ -278,6 +280,9 @@ async def test_every_body_past_its_limit_is_refused_with_413_as_published(client
             r = await client.request(method, url, content=big, headers={"Content-Type": content_type})
             error(r, 413)
             assert "413" in operation["responses"], (method, path)
+            latin = {"Content-Type": f"{content_type}; charset=iso-8859-1"}
+            error(await client.request(method, url, content=b"{}", headers=latin), 415, "iso-8859-1")
+            assert "415" in operation["responses"], (method, path)
             checked.append((method, path))
     assert len(checked) >= 8, checked
 
