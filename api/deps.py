@@ -297,24 +297,20 @@ async def read_object(request: Request, *, max_size: int, what: str) -> dict[str
     """A JSON object body; {} when the body is empty; 400 for any other JSON value (null, [], 0, false, ""
     are not "no body")."""
     body = await read_json(request, max_size=max_size, what=what)
-    if body.size == 0:
-        return {}
-    value = body.value
+    return {} if body.size == 0 else _json_object(body.value, what)
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InvalidBody(f"{what} must be a JSON object; got {_kind(value)}.")
+        kinds = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+        kind = "an array" if isinstance(value, list) else kinds.get(type(value), "another JSON value")
+        raise InvalidBody(f"{what} must be a JSON object; got {kind}.")
     return value
-
-
-def _kind(value: Any) -> str:
-    kinds = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string"}
-    return "an array" if isinstance(value, list) else kinds.get(type(value), "another JSON value")
 
 
 def validate_body(model: type[M], data: Any, what: str = "The body") -> M:
     """`data` (a JSON object) as `model`; 400 naming each field that is wrong, and how."""
-    if not isinstance(data, dict):
-        raise InvalidBody(f"{what} must be a JSON object; got {_kind(data)}.")
     try:
-        return model.model_validate(data)
+        return model.model_validate(_json_object(data, what))
     except ValidationError as exc:
         raise InvalidBody(describe_errors(exc.errors())) from None

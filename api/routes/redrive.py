@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -20,14 +20,12 @@ from api.deps import (
     validate_body,
 )
 from api.params import CheckedRoute
-from api.render import iso, json_response, messages
+from api.render import EPOCH, iso, json_response, messages
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
 from core.errors import InvalidInput, NotFound
 from core.limits import check_page_limit, check_time_ms, is_valid_id
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
 from storage.base import Store
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 router = APIRouter(
     route_class=CheckedRoute, tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}

@@ -175,6 +175,9 @@ def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_vers
     ]
 
 
+STEP_FIELDS = ("status", "cursor", "scanned", "moved", "skipped", "end", "cr", "up", "spec", "owner")
+
+
 def _task(q: QueueRef, task_id: str, f: Mapping[Any, Any]) -> RedriveTask:
     """A task from its hash (the client decodes responses, so every field and value is a str)."""
     return RedriveTask(
@@ -605,30 +608,18 @@ class RedisStore:
         along. That is a hint only (task_lease reads the task's own lease), so a failure there never fails a
         step whose moves are done."""
         out = await self._call_scheduling("redrive_step", q, task_id, owner, lease_ms, batch)
-        status, cursor, scanned, moved, skipped, end, created, updated, spec, holder = out
+        # the task's hash fields, in the order redrive_step.lua returns them
+        task = _task(q, task_id, dict(zip(STEP_FIELDS, out, strict=True)))
         member = _task_member(q, task_id)
         try:
             async with unavailable_as_domain_error():
-                if status == "running":
-                    await self._client.zadd(tasks_key(self._namespace), {member: int(updated) + lease_ms})
+                if task.status == "running":
+                    await self._client.zadd(tasks_key(self._namespace), {member: task.updated_ms + lease_ms})
                 else:
                     await self._client.zrem(tasks_key(self._namespace), member)
         except CharonError as exc:
             log.debug("redrive index not updated (%s)", exc.description)
-        return RedriveTask(
-            id=task_id,
-            queue=q.name,
-            spec=RedriveSpec.from_dict(orjson.loads(spec)),
-            status=status,
-            created_ms=int(created),
-            updated_ms=int(updated),
-            end_marker=int(end),
-            cursor=int(cursor),
-            scanned=int(scanned),
-            moved=int(moved),
-            skipped=int(skipped),
-            owner=holder,
-        )
+        return task
 
     # -- sweeper ------------------------------------------------------------------------------------------
 
