@@ -1,17 +1,149 @@
-"""Every Redis key name, built in one place (the Lua side derives the same names; see lua/lib.lua).
+"""The Redis layout: every key and hash field name the driver uses, and how a message hash reads back.
+
+This module is the one owner. Scripts get the keys a caller knows in KEYS, built here; the few a script
+derives from data (a DLQ's keys from the queue's policy, a message's hash from an id found in an index) are
+built by lib.lua's `qkeys` and `message_key`, which tests/storage/test_layout.py holds to the builders below,
+as it holds every hash field name in the .lua files to the field enums below.
 
 All keys of a project share the hash tag ``{<project>}``, so every script's keys, a queue's DLQ included,
 live in one Redis Cluster slot. The trade-off: one project is one slot, so a single very large tenant cannot
 spread over a cluster's shards.
+
+Keys (prefix = ``<ns>:{<project>}:``):
+
+  prefix queues                ZSET  queue names of the project (score 0, listed by lex order)
+  prefix due                   ZSET  queue name -> ms, never later than the queue's next claim or message
+                                     expiry; the sweeper (sweep.lua) visits the queues that are due
+  prefix mver                  STRING the project's metadata version (a DLQ cycle check reads several queues)
+  prefix q:<name>              HASH  QueueField
+  prefix q:<name>:msgs         ZSET  id -> marker   every live message of the queue (paging, FIFO)
+  prefix q:<name>:ready        ZSET  id -> marker   claimable now
+  prefix q:<name>:delayed      ZSET  id -> ms       not claimable before the score (delay, backoff)
+  prefix q:<name>:claimed      ZSET  id -> ms       claimed until the score
+  prefix q:<name>:expiry       ZSET  id -> ms       the message expires at the score
+  prefix q:<name>:idem:<key>   HASH  IdempotencyField: an Idempotency-Key's record (post_messages.lua)
+  prefix m:<id>                HASH  MessageField
+  prefix c:<claim id>          HASH  ClaimField;   prefix c:<claim id>:m  LIST of the message ids it took
+  prefix t:<task id>           HASH  TaskField: a redrive task
+  prefix tasks:<name>          ZSET  task id -> created ms: the redrive tasks of DLQ `name`
+
+Invariant: a live message id is in msgs, in expiry, and in exactly one of ready / delayed / claimed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
-from core.models import QueueRef
+import orjson
+
+from core.models import ClaimId, DeadLetter, Message, MessageId, QueueRef, Rejection
 
 KEY_LAYOUT_VERSION = 1
+
+
+class QueueField(StrEnum):
+    META = "meta"  # the metadata as JSON
+    CREATED = "created"
+    SEQ = "seq"  # the marker counter
+    # the reserved metadata parsed (core.metadata.QueuePolicy), in write_metadata's order (POLICY_FIELDS)
+    DEFAULT_TTL = "dttl"
+    DEFAULT_DELAY = "ddelay"
+    MAX_POST_SIZE = "maxpost"
+    MAX_CLAIM_COUNT = "maxcc"
+    DLQ = "dlq"
+    DLQ_TTL = "dlqttl"
+    BACKOFF_DELAY = "rdelay"
+    BACKOFF_MULTIPLIER = "rmult"
+    BACKOFF_MAX = "rmax"
+    BACKOFF_JITTER = "rjit"
+    BACKOFF_LEVELS = "rlevels"
+    EXPIRED_TTL = "expttl"
+    MAX_TTL = "maxttl"
+    # counters
+    DEAD_LETTERED = "n_dl"  # moved out to the DLQ
+    DISCARDED = "n_disc"
+    RECEIVED = "n_rcv"  # dead letters received (as a DLQ)
+
+
+# lib.lua write_metadata's POLICY_FIELDS, in order
+POLICY_FIELDS = (
+    QueueField.DEFAULT_TTL,
+    QueueField.DEFAULT_DELAY,
+    QueueField.MAX_POST_SIZE,
+    QueueField.MAX_CLAIM_COUNT,
+    QueueField.DLQ,
+    QueueField.DLQ_TTL,
+    QueueField.BACKOFF_DELAY,
+    QueueField.BACKOFF_MULTIPLIER,
+    QueueField.BACKOFF_MAX,
+    QueueField.BACKOFF_JITTER,
+    QueueField.BACKOFF_LEVELS,
+    QueueField.EXPIRED_TTL,
+    QueueField.MAX_TTL,
+)
+
+
+class MessageField(StrEnum):
+    QUEUE = "q"
+    BODY = "b"  # JSON text
+    TTL = "t"
+    CREATED = "cr"
+    EXPIRES = "e"
+    MARKER = "k"
+    CLIENT = "cl"
+    CLAIM = "c"  # '' when no claim holds it
+    CLAIM_EXPIRES = "ce"
+    CLAIM_COUNT = "cc"
+    AVAILABLE = "av"  # claimable from (ms)
+    NOT_ELIGIBLE = "ne"  # '1': posted with dead_letter_eligible false
+    # provenance, written by a dead-letter move
+    DL_SOURCE = "dsrc"
+    DL_REASON = "drsn"
+    DL_CLAIM_COUNT = "dcc"
+    DL_AT = "dat"
+    DL_FIRST = "dfirst"
+    REDRIVES = "drc"
+    REJECT_REASON = "drr"
+    REJECT_DESCRIPTION = "drd"
+
+
+class ClaimField(StrEnum):
+    QUEUE = "q"
+    TTL = "ttl"
+    GRACE = "grace"
+    CREATED = "cr"
+    EXPIRES = "e"
+
+
+class TaskField(StrEnum):
+    QUEUE = "q"
+    STATUS = "status"
+    CREATED = "cr"
+    UPDATED = "up"
+    END = "end"
+    CURSOR = "cursor"
+    SCANNED = "scanned"
+    MOVED = "moved"
+    SKIPPED = "skipped"
+    SPEC = "spec"
+    OWNER = "owner"
+    LEASE = "lease"
+    # the spec's filters, parsed for redrive_step.lua
+    DESTINATION = "dest"
+    SOURCE = "fsrc"
+    REASON = "frsn"
+    AFTER = "fafter"
+    BEFORE = "fbefore"
+    LIMIT = "limit"
+
+
+class IdempotencyField(StrEnum):
+    FINGERPRINT = "fp"
+    IDS = "ids"
+    UNTIL = "until"
 
 
 def _tag(project: str) -> str:
@@ -44,15 +176,6 @@ def tasks_key(namespace: str) -> str:
     return f"{namespace}:tasks"
 
 
-def task_key(namespace: str, project: str, task_id: str) -> str:
-    return f"{project_prefix(namespace, project)}t:{task_id}"
-
-
-def task_index_key(namespace: str, project: str, queue: str) -> str:
-    """ZSET task id -> created ms: the redrive tasks of DLQ `queue` (task_create.lua writes it too)."""
-    return f"{project_prefix(namespace, project)}tasks:{queue}"
-
-
 def sweeper_lease_key(namespace: str) -> str:
     return f"{namespace}:sweeper-lease"
 
@@ -67,6 +190,51 @@ def full_scan_key(namespace: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectKeys:
+    """The keys of one project (all in its hash-tag slot)."""
+
+    prefix: str
+
+    @classmethod
+    def of(cls, namespace: str, project: str) -> ProjectKeys:
+        return cls(project_prefix(namespace, project))
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}queues"
+
+    @property
+    def due(self) -> str:
+        return f"{self.prefix}due"
+
+    @property
+    def metadata_version(self) -> str:
+        return f"{self.prefix}mver"
+
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}q:{name}"
+
+    def messages(self, name: str) -> str:
+        return f"{self.prefix}q:{name}:msgs"
+
+    def message(self, message_id: str) -> str:
+        return f"{self.prefix}m:{message_id}"
+
+    def claim(self, claim_id: str) -> str:
+        return f"{self.prefix}c:{claim_id}"
+
+    def claim_messages(self, claim_id: str) -> str:
+        return f"{self.prefix}c:{claim_id}:m"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}t:{task_id}"
+
+    def tasks(self, name: str) -> str:
+        """ZSET task id -> created ms: the redrive tasks of DLQ `name`."""
+        return f"{self.prefix}tasks:{name}"
+
+
+@dataclass(frozen=True, slots=True)
 class QueueKeys:
     prefix: str
     name: str
@@ -74,6 +242,10 @@ class QueueKeys:
     @classmethod
     def of(cls, namespace: str, q: QueueRef) -> QueueKeys:
         return cls(project_prefix(namespace, q.project), q.name)
+
+    @property
+    def project(self) -> ProjectKeys:
+        return ProjectKeys(self.prefix)
 
     @property
     def queue(self) -> str:
@@ -84,11 +256,11 @@ class QueueKeys:
         return f"{self.prefix}queues"
 
     def idempotency(self, key: str) -> str:
-        """HASH fp (the post's fingerprint), ids, until: an Idempotency-Key's record (post_messages.lua)."""
+        """HASH IdempotencyField: an Idempotency-Key's record (post_messages.lua)."""
         return f"{self.queue}:idem:{key}"
 
     def all(self) -> list[str]:
-        """The KEYS every queue script takes, in lib.lua's keys_from() order."""
+        """The KEYS every queue script takes first, in lib.lua's keys_from() order."""
         base = self.queue
         return [
             base,
@@ -100,3 +272,42 @@ class QueueKeys:
             self.queues,
             f"{self.prefix}due",
         ]
+
+
+F = MessageField
+
+
+def dead_letter_of(f: Mapping[str, Any]) -> DeadLetter | None:
+    """The provenance in a message hash (str fields and values), None when it was never dead-lettered."""
+    if F.DL_SOURCE not in f:
+        return None
+    rejection = None
+    if F.REJECT_REASON in f or F.REJECT_DESCRIPTION in f:
+        rejection = Rejection(reason=f.get(F.REJECT_REASON), description=f.get(F.REJECT_DESCRIPTION))
+    return DeadLetter(
+        source_queue=f[F.DL_SOURCE],
+        reason=f[F.DL_REASON],
+        claim_count=int(f[F.DL_CLAIM_COUNT]),
+        dead_lettered_at_ms=int(f[F.DL_AT]),
+        first_enqueued_at_ms=int(f[F.DL_FIRST]),
+        redrive_count=int(f.get(F.REDRIVES, 0)),
+        rejection=rejection,
+    )
+
+
+def message_of(message_id: str, f: Mapping[str, Any]) -> Message:
+    """A message from its hash (str fields and values)."""
+    return Message(
+        id=MessageId(message_id),
+        queue=f[F.QUEUE],
+        body=orjson.loads(f[F.BODY]),
+        ttl=int(f[F.TTL]),
+        created_ms=int(f[F.CREATED]),
+        expires_ms=int(f[F.EXPIRES]),
+        claim_count=int(f[F.CLAIM_COUNT]),
+        claim_id=ClaimId(f[F.CLAIM]) if f[F.CLAIM] else None,
+        claim_expires_ms=int(f[F.CLAIM_EXPIRES]),
+        client_id=f[F.CLIENT],
+        dead_letter=dead_letter_of(f),
+        dead_letter_eligible=f.get(F.NOT_ELIGIBLE) != "1",
+    )

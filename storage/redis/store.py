@@ -28,7 +28,6 @@ from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
-    DeadLetter,
     Idempotency,
     Message,
     MessageId,
@@ -45,15 +44,15 @@ from core.models import (
 )
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.redis.keys import (
+    ProjectKeys,
     QueueKeys,
     due_projects_key,
     full_scan_key,
     health_key,
+    message_of,
     project_prefix,
     projects_key,
     sweeper_lease_key,
-    task_index_key,
-    task_key,
     tasks_key,
     touched_key,
 )
@@ -118,35 +117,7 @@ def _task_member(q: QueueRef, task_id: str) -> str:
 
 def _message(flat: list[Any]) -> Message:
     """A message from a script's view: [id, field, value, field, value, ...] (lib.lua view())."""
-    f = dict(zip(flat[1::2], flat[2::2], strict=True))
-    dead_letter = None
-    if "dsrc" in f:
-        rejection = None
-        if "drr" in f or "drd" in f:
-            rejection = Rejection(reason=f.get("drr"), description=f.get("drd"))
-        dead_letter = DeadLetter(
-            source_queue=f["dsrc"],
-            reason=f["drsn"],
-            claim_count=int(f["dcc"]),
-            dead_lettered_at_ms=int(f["dat"]),
-            first_enqueued_at_ms=int(f["dfirst"]),
-            redrive_count=int(f.get("drc", 0)),
-            rejection=rejection,
-        )
-    return Message(
-        id=MessageId(flat[0]),
-        queue=f["q"],
-        body=orjson.loads(f["b"]),
-        ttl=int(f["t"]),
-        created_ms=int(f["cr"]),
-        expires_ms=int(f["e"]),
-        claim_count=int(f["cc"]),
-        claim_id=ClaimId(f["c"]) if f["c"] else None,
-        claim_expires_ms=int(f["ce"]),
-        client_id=f["cl"],
-        dead_letter=dead_letter,
-        dead_letter_eligible=f.get("ne") != "1",
-    )
+    return message_of(flat[0], dict(zip(flat[1::2], flat[2::2], strict=True)))
 
 
 def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_version: int | None) -> list[Any]:
@@ -552,18 +523,18 @@ class RedisStore:
 
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         async with unavailable_as_domain_error():
-            f = await self._client.hgetall(task_key(self._namespace, q.project, task_id))
+            f = await self._client.hgetall(ProjectKeys.of(self._namespace, q.project).task(task_id))
         if f.get("q") != q.name:
             raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
         return _task(q, task_id, f)
 
     async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
-        index = task_index_key(self._namespace, q.project, q.name)
+        index = ProjectKeys.of(self._namespace, q.project).tasks(q.name)
         async with unavailable_as_domain_error():
             ids = [str(i) for i in await self._client.zrevrange(index, 0, limit - 1)]
             async with self._client.pipeline(transaction=False) as pipe:
                 for task_id in ids:
-                    pipe.hgetall(task_key(self._namespace, q.project, task_id))
+                    pipe.hgetall(ProjectKeys.of(self._namespace, q.project).task(task_id))
                 hashes = await pipe.execute()
             # A finished task's hash expires after TASK_KEEP_MS; its index entry goes when it is next listed.
             gone = [task_id for task_id, f in zip(ids, hashes, strict=True) if not f]
@@ -572,7 +543,7 @@ class RedisStore:
         return [_task(q, task_id, f) for task_id, f in zip(ids, hashes, strict=True) if f]
 
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
-        tk = task_key(self._namespace, q.project, task_id)
+        tk = ProjectKeys.of(self._namespace, q.project).task(task_id)
         async with unavailable_as_domain_error():
             await run(self._scripts["task_cancel"], [tk], [q.name, self._clock.now_ms()])
             await self._client.zrem(tasks_key(self._namespace), _task_member(q, task_id))
@@ -586,7 +557,7 @@ class RedisStore:
             due = await self._client.zrangebyscore(index, "-inf", now, start=0, num=limit)
             for member in map(str, due):
                 project, name, task_id = orjson.loads(member)
-                tk = task_key(self._namespace, project, task_id)
+                tk = ProjectKeys.of(self._namespace, project).task(task_id)
                 got, status = await run(self._scripts["task_lease"], [tk], [owner, now, lease_ms])
                 if status != "running":
                     await self._client.zrem(index, member)
@@ -596,7 +567,7 @@ class RedisStore:
         return taken
 
     async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
-        tk = task_key(self._namespace, q.project, task_id)
+        tk = ProjectKeys.of(self._namespace, q.project).task(task_id)
         async with unavailable_as_domain_error():
             if await run(self._scripts["task_release"], [tk], [owner]):
                 await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): 0}, xx=True)
