@@ -224,20 +224,32 @@ def markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     out += [
         "",
-        "| workload | server | msgs/s | req/s | lost | dup | p50 ms by request | non-2xx |",
-        "| --- " * 8 + "|",
+        "| workload | server | msgs/s | req/s | lost | dup | p50 ms by request | non-2xx | 503 retried |",
+        "| --- " * 9 + "|",
     ]
     for workload, by_server in results.items():
         for server, r in by_server.items():
             rate = r.get("msgs_per_s") or r.get("moves_per_s")
             p50 = ", ".join(f"{k} {v['p50_ms']:.1f}" for k, v in r["requests"].items())
             bad = {k: v["non_2xx"] for k, v in r["requests"].items() if v["non_2xx"]}
+            retried = r.get("retried_503") or "-"
             rate_text = f"{rate:,.0f}" if rate else "-"
             reqs_text = f"{r['requests_per_s']:,.0f}" if r.get("requests_per_s") else "-"
+            dup = f"{r.get('duplicated', '-')}"
+            if r.get("duplicated_by_post_retry"):
+                dup += f" (+{r['duplicated_by_post_retry']} after a post retried on 503)"
             out.append(
                 f"| {workload} | {server} | {rate_text} | {reqs_text} | "
-                f"{r.get('lost', '-')} | {r.get('duplicated', '-')} | {p50} | {bad or '-'} |"
+                f"{r.get('lost', '-')} | {dup} | {p50} | {bad or '-'} | {retried} |"
             )
+    if any(r.get("retried_503") for by_server in results.values() for r in by_server.values()):
+        out += [
+            "",
+            "503 retried: requests answered 503 and tried again after a pause, by request type, set-up "
+            "and read-back included (non-2xx counts the timed requests' answers, each 503 among them). "
+            "A copy beyond the first of a message whose post was retried on a 503 is in brackets in dup, "
+            "not in its count (see bench/README.md).",
+        ]
     extra = results.get("dlq", {})
     if extra:
         out.append("")

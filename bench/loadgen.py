@@ -13,6 +13,14 @@ Workloads (see bench/README.md):
 Every body carries a sequence number; every run reads all its messages back and reports the lost and the
 duplicated ones (both must be 0), msgs/s, requests/s, p50/p95/p99 per request type and the non-2xx answers.
 
+Every request a 503 answers is tried again, as a client would (a backoff from 50 ms doubling to 1 s, jittered,
+at most RETRY_503_ATTEMPTS tries within RETRY_503_WITHIN seconds; a 503 past those bounds ends the run), and
+the run reports how many were retried (`retried_503`, by request type). A post answered 503 may have stored
+its messages (or some of them), and one without an Idempotency-Key cannot know, so it is posted again: a
+copy of its messages beyond the first, up to one for each 503 it got, is reported as
+`duplicated_by_post_retry`, not as `duplicated` (with an Idempotency-Key the retry carries the same key,
+and every copy counts).
+
 The HTTP client is a small HTTP/1.1 client on asyncio streams (keep-alive when the server allows it, a new
 connection when it answers `Connection: close`, as gunicorn's sync workers do): a load generator that costs
 less per request than the servers it measures, so that both share the two cores as evenly as possible.
@@ -26,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import sys
 import time
 import uuid
@@ -40,6 +49,9 @@ BATCH = 10
 CLAIM_LIMIT = 10
 CLAIM_TTL = 60
 PAD = 210  # makes each body about 256 bytes of JSON
+RETRY_503_ATTEMPTS = 12  # tries of one request answered 503, the first included
+RETRY_503_WITHIN = 10.0  # seconds from its first try: no retry starts later
+RETRY_503_BACKOFF = (0.05, 1.0)  # first pause, longest pause; it doubles, and each is jittered (x 0.5 to 1)
 
 
 class HttpError(Exception):
@@ -81,12 +93,15 @@ def _pct(values: list[float], q: float) -> float:
 class Connection:
     """One HTTP/1.1 connection, one request at a time."""
 
-    def __init__(self, host: str, port: int, headers: dict[str, str], recorder: Recorder) -> None:
-        self.host, self.port, self.recorder = host, port, recorder
+    def __init__(
+        self, host: str, port: int, headers: dict[str, str], recorder: Recorder, retries: Counter[str]
+    ) -> None:
+        self.host, self.port, self.recorder, self.retries = host, port, recorder, retries
         fixed = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self.fixed = f"Host: {host}:{port}\r\n{fixed}"
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.retried = 0  # 503 answers the last request() retried
 
     async def request(
         self,
@@ -98,14 +113,40 @@ class Connection:
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        """(status, parsed JSON body or None). Retries once on a fresh connection when a kept-alive one was
-        closed by the server before it answered."""
+        """(status, parsed JSON body or None). A 503 is tried again after a pause (see RETRY_503_*), and each
+        retry counted in `self.retries[kind]` and `self.retried`; every try is recorded (latency, status). The
+        last answer is returned, a 503 when the bounds ran out."""
         payload = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         head = f"{method} {path} HTTP/1.1\r\n{self.fixed}"
         head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         if payload or method in ("POST", "PUT", "PATCH"):
             head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
         data = head.encode() + b"\r\n" + payload
+        self.retried = 0
+        status, content = await self._send(kind, data)
+        if status == 503:
+            first_pause, longest = RETRY_503_BACKOFF
+            deadline = time.monotonic() + RETRY_503_WITHIN
+            for attempt in range(RETRY_503_ATTEMPTS - 1):
+                pause = min(longest, first_pause * 2**attempt) * random.uniform(0.5, 1.0)
+                if time.monotonic() + pause > deadline:
+                    break
+                await asyncio.sleep(pause)
+                self.retried += 1
+                self.retries[kind] += 1
+                status, content = await self._send(kind, data)
+                if status != 503:
+                    break
+        if not content:
+            return status, None
+        try:
+            return status, json.loads(content)
+        except ValueError:  # an error page that is not JSON (a proxy's, a server's own)
+            return status, content.decode("utf-8", "replace")
+
+    async def _send(self, kind: str, data: bytes) -> tuple[int, bytes]:
+        """One try: (status, body). Tries once more on a fresh connection when a kept-alive one was closed by
+        the server before it answered."""
         for attempt in (0, 1):
             reused = self.writer is not None
             if self.writer is None:
@@ -124,7 +165,7 @@ class Connection:
             self.recorder.add(kind, status, time.perf_counter() - start)
             if close:
                 self.close()
-            return status, (json.loads(content) if content else None)
+            return status, content
         raise AssertionError("unreachable")
 
     async def _connect(self) -> None:
@@ -176,9 +217,12 @@ class Client:
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": project, "Accept": "application/json"}
         self.recorder = Recorder()
+        self.retries: Counter[str] = Counter()  # 503s retried, by request type, timed requests or not
+        # queue -> sequence number -> 503s retried by the posts (without Idempotency-Key) that carried it
+        self.post_retried: defaultdict[str, Counter[int]] = defaultdict(Counter)
 
     def connection(self, recorder: Recorder | None = None) -> Connection:
-        return Connection(self.host, self.port, self.headers, recorder or self.recorder)
+        return Connection(self.host, self.port, self.headers, recorder or self.recorder, self.retries)
 
     def untimed(self) -> Connection:
         """A connection whose requests are not part of the results (set-up and read-back)."""
@@ -189,9 +233,10 @@ async def gather(n: int, worker: Callable[[int], Awaitable[None]]) -> None:
     await asyncio.gather(*(worker(i) for i in range(n)))
 
 
-def _check(status: int, body: Any, what: str) -> None:
+def _check(status: int, body: Any, what: str, conn: Connection) -> None:
     if not 200 <= status < 300:
-        raise HttpError(f"{what}: HTTP {status} {body}")
+        tried = f" (after {conn.retried} retries of a 503)" if conn.retried else ""
+        raise HttpError(f"{what}: HTTP {status}{tried} {body}")
 
 
 async def post_all(
@@ -208,7 +253,10 @@ async def post_all(
             status, body = await conn.request(
                 "post", "POST", f"/v2/queues/{queue}/messages", {"messages": batch}, headers=key
             )
-            _check(status, body, "post")
+            _check(status, body, "post", conn)
+            if conn.retried and not keyed:  # each 503 may have stored the batch (or part of it) once more
+                seqs = range(first, first + len(batch))
+                client.post_retried[queue].update(dict.fromkeys(seqs, conn.retried))
         conn.close()
 
     await gather(concurrency, producer)
@@ -217,15 +265,16 @@ async def post_all(
 async def drain(
     client: Client, queue: str, n: int, *, within: float, timed: bool, concurrency: int = 16
 ) -> tuple[Counter[int], float | None]:
-    """Claim and delete (each message with its claim id) until n messages were seen or `within` seconds pass.
-    Returns the sequence numbers seen (with how often) and when the first claim returned messages."""
+    """Claim and delete (each message with its claim id) until each of the n messages was seen or `within`
+    seconds pass. Returns the sequence numbers seen (with how often) and when the first claim returned
+    messages. (Every sequence number, not n deliveries: a post retried after a 503 may have queued a copy.)"""
     seen: Counter[int] = Counter()
     first_at: list[float] = []
     start = time.perf_counter()
 
     async def consumer(_: int) -> None:
         conn = client.connection() if timed else client.untimed()
-        while seen.total() < n and time.perf_counter() - start < within:
+        while len(seen) < n and time.perf_counter() - start < within:
             status, body = await claim(conn, queue)
             if status == 204 or not body:
                 await asyncio.sleep(0.05)
@@ -239,7 +288,7 @@ async def drain(
                     "delete", "DELETE", f"/v2/queues/{queue}/messages/{message_id}?claim_id={claim_id}"
                 )
                 if status != 403:  # Zaqar 23 refuses some DLQ deletes (its old claim): counted in non-2xx,
-                    _check(status, answer, "delete")  # and the message comes again (a duplicate)
+                    _check(status, answer, "delete", conn)  # and the message comes again (a duplicate)
         conn.close()
 
     await gather(concurrency, consumer)
@@ -251,7 +300,7 @@ async def claim(conn: Connection, queue: str) -> tuple[int, Any]:
     status, body = await conn.request(
         "claim", "POST", f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}", {"ttl": CLAIM_TTL, "grace": 60}
     )
-    _check(status, body, "claim")
+    _check(status, body, "claim", conn)
     return status, body
 
 
@@ -259,13 +308,19 @@ async def release(conn: Connection, queue: str, claimed: Any) -> None:
     """DELETE the claim that returned `claimed` (its id is in the messages' hrefs)."""
     _, claim_id = href_ids(claimed["messages"][0]["href"])
     status, answer = await conn.request("release", "DELETE", f"/v2/queues/{queue}/claims/{claim_id}")
-    _check(status, answer, "release")
+    _check(status, answer, "release", conn)
 
 
-def integrity(seen: Counter[int], n: int) -> dict[str, int]:
+def integrity(seen: Counter[int], n: int, post_retried: Counter[int] | None = None) -> dict[str, int]:
+    """Lost and duplicated among messages 0..n-1. A copy beyond the first of a message whose post was retried
+    after a 503 (up to one a retry: `post_retried`) is `duplicated_by_post_retry`, not `duplicated`."""
+    retried = post_retried or Counter[int]()
+    excused = sum(min(c - 1, retried[s]) for s, c in seen.items() if c > 1 and s in retried)
+    copies = sum(c - 1 for c in seen.values() if c > 1) + sum(1 for s in seen if not 0 <= s < n)
     return {
         "lost": sum(1 for s in range(n) if s not in seen),
-        "duplicated": sum(c - 1 for c in seen.values() if c > 1) + sum(1 for s in seen if not 0 <= s < n),
+        "duplicated": copies - excused,
+        "duplicated_by_post_retry": excused,
     }
 
 
@@ -275,7 +330,7 @@ async def read_back(client: Client, queue: str, n: int) -> Counter[int]:
     path = f"/v2/queues/{queue}/messages?echo=true&limit=20"
     while True:
         status, body = await conn.request("list", "GET", path)
-        _check(status, body, "list")
+        _check(status, body, "list", conn)
         if status == 204 or not body or not body.get("messages"):
             break
         for m in body["messages"]:
@@ -289,21 +344,17 @@ async def read_back(client: Client, queue: str, n: int) -> Counter[int]:
 
 
 async def stats_total(conn: Connection, queue: str) -> int:
-    """The queue's message count. A 503 is retried (Zaqar 23's Redis driver answers one now and then when a
-    claim expires while it counts); it still shows in the non-2xx column."""
-    for _ in range(50):
-        status, body = await conn.request("stats", "GET", f"/v2/queues/{queue}/stats")
-        if status != 503:
-            break
-        await asyncio.sleep(0.05)
-    _check(status, body, "stats")
+    """The queue's message count. (Zaqar 23's Redis driver answers 503 now and then when a claim expires while
+    it counts: retried, as every 503, and it still shows in the non-2xx column.)"""
+    status, body = await conn.request("stats", "GET", f"/v2/queues/{queue}/stats")
+    _check(status, body, "stats", conn)
     return int(body["messages"]["total"])
 
 
 async def set_metadata(conn: Connection, queue: str, metadata: dict[str, Any]) -> None:
     """PUT the queue with its metadata (Zaqar v2 creates queues this way; a PATCH would need a queue)."""
     status, body = await conn.request("setup", "PUT", f"/v2/queues/{queue}", metadata)
-    _check(status, body, "create queue")
+    _check(status, body, "create queue", conn)
 
 
 async def produce(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
@@ -312,7 +363,11 @@ async def produce(client: Client, args: argparse.Namespace, run: str) -> dict[st
     await post_all(client, queue, args.messages, run, args.concurrency, timed=True, keyed=args.idempotency)
     elapsed = time.perf_counter() - start
     seen = await read_back(client, queue, args.messages)
-    return {"msgs_per_s": args.messages / elapsed, "seconds": elapsed, **integrity(seen, args.messages)}
+    return {
+        "msgs_per_s": args.messages / elapsed,
+        "seconds": elapsed,
+        **integrity(seen, args.messages, client.post_retried[queue]),
+    }
 
 
 async def pipeline(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
@@ -328,7 +383,7 @@ async def pipeline(client: Client, args: argparse.Namespace, run: str) -> dict[s
         "msgs_per_s": seen.total() / elapsed,
         "seconds": elapsed,
         "left_in_queue": left,
-        **integrity(seen, args.messages),
+        **integrity(seen, args.messages, client.post_retried[queue]),
     }
 
 
@@ -368,7 +423,7 @@ async def dlq(client: Client, args: argparse.Namespace, run: str) -> dict[str, A
         "seconds": moving,
         "dead_lettered": in_dlq,
         "dlq_claimable_after_s": first,
-        **integrity(seen, args.messages),
+        **integrity(seen, args.messages, client.post_retried[queue]),
     }
 
 
@@ -388,7 +443,7 @@ async def depth(client: Client, args: argparse.Namespace, run: str) -> dict[str,
             out[f"{kind}_p50_ms@{n}"] = stats["p50_ms"]
         seen = await read_back(client, queue, n) if n <= 20_000 else None
         if seen is not None:
-            out[f"integrity@{n}"] = integrity(seen, n)
+            out[f"integrity@{n}"] = integrity(seen, n, client.post_retried[queue])
         out[f"queued@{n}"] = await stats_total(client.untimed(), queue)
     out["p50_ratio"] = out[f"claim_p50_ms@{args.depth_big}"] / out["claim_p50_ms@1000"]
     out["lost"] = out["duplicated"] = 0  # claims were released: nothing is consumed, the counts above
@@ -425,6 +480,7 @@ async def run_workload(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         **result,
         "requests_per_s": client.recorder.requests() / timed if args.workload != "depth" else None,
+        "retried_503": dict(sorted(client.retries.items())),
         "requests": client.recorder.summary(),
     }
 
