@@ -104,6 +104,11 @@ class QueuePolicy:
     expired_ttl: int | None = None
     max_message_ttl: int | None = None
 
+    def exhausted(self, claim_count: int) -> bool:
+        """Whether a message claimed `claim_count` times has used up its claims: its next claim, or the end of
+        the one that holds it, dead-letters it (lib.lua exhausted() is the Redis scripts' copy)."""
+        return self.max_claim_count is not None and claim_count >= self.max_claim_count
+
 
 def _int_in(meta: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:
     value = meta.get(key)

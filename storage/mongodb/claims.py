@@ -8,7 +8,7 @@ from core.metadata import QueuePolicy
 from core.models import ClaimId, QueueRef
 from storage.mongodb.moves import dead_letter
 from storage.mongodb.queries import CLAIM_FIELDS, Doc, claim_candidates, claimable
-from storage.mongodb.schema import Collections, exhausted, gc_at
+from storage.mongodb.schema import Collections, gc_at
 
 CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
 
@@ -44,10 +44,10 @@ async def take_messages(
         candidates = await claim_candidates(c, q, now, limit - got, CLAIM_FIELDS).to_list()
         if not candidates:
             break
-        spent = [(d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if exhausted(policy, d["cc"])]
+        spent = [(d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if policy.exhausted(d["cc"])]
         m, d = await dead_letter(c, q, policy, spent, now=now, reason="max_claims")
         moved, discarded = moved + m, discarded + d
-        fresh = [d for d in candidates if not exhausted(policy, d["cc"])]
+        fresh = [d for d in candidates if not policy.exhausted(d["cc"])]
         n = await _claim_fresh(c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until)
         got += n
         if claimed is not None and n == len(fresh):

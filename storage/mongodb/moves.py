@@ -17,7 +17,7 @@ from core.metadata import QueuePolicy
 from core.models import DeadLetterReason, QueueRef, Rejection
 from storage.mongodb.counters import count, ensure_queue, move_with_markers
 from storage.mongodb.queries import Doc, lapsed
-from storage.mongodb.schema import Collections, exhausted, gc_at
+from storage.mongodb.schema import Collections, gc_at
 
 HOUSEKEEP_BATCH = 100  # lapsed claims one housekeeping call ends, so each call's work is bounded
 
@@ -105,9 +105,9 @@ async def housekeep(c: Collections, q: QueueRef, now: int, policy: QueuePolicy |
     if policy is None:
         policy = await c.policy(q)
     # Guard on the very claim that lapsed: a message claimed again meanwhile is left to its new claim.
-    moves = [(d, {"c": d["c"], "ce": d["ce"]}) for d in ended if exhausted(policy, d["cc"])]
+    moves = [(d, {"c": d["c"], "ce": d["ce"]}) for d in ended if policy.exhausted(d["cc"])]
     await dead_letter(c, q, policy, moves, now=now, reason="max_claims")
-    back = [d for d in ended if not exhausted(policy, d["cc"])]
+    back = [d for d in ended if not policy.exhausted(d["cc"])]
     # A message waiting out its redelivery backoff (vis past now) shows as delayed from here on.
     for vis, ids in group_ids(back, lambda d: max(d.get("vis", 0), now)).items():
         await c.messages.update_many(

@@ -74,7 +74,6 @@ from storage.mongodb.schema import (
     MARKER_INDEX,
     QUEUE_INDEX,
     Collections,
-    exhausted,
     gc_at,
     message_of,
     policy_of,
@@ -576,7 +575,7 @@ class MongoStore:
         """Take `docs` (held by `claim_id`) out of the claim: exhausted ones move to the DLQ now (promise 7);
         the rest are claimable again after `delay` seconds, or after the queue's redelivery backoff."""
         policy = await self._c.policy(q)
-        spent = [(d, {"c": claim_id, "cc": d["cc"]}) for d in docs if exhausted(policy, d["cc"])]
+        spent = [(d, {"c": claim_id, "cc": d["cc"]}) for d in docs if policy.exhausted(d["cc"])]
         await dead_letter(self._c, q, policy, spent, now=now, reason="max_claims")
 
         def claimable_at(d: Doc) -> int:
@@ -584,7 +583,7 @@ class MongoStore:
                 return now + delay * 1000
             return now + (policy.backoff.wait_ms(d["_id"], d["cc"]) if policy.backoff else 0)
 
-        back = [d for d in docs if not exhausted(policy, d["cc"])]
+        back = [d for d in docs if not policy.exhausted(d["cc"])]
         for at, ids in group_ids(back, claimable_at).items():
             await self._c.messages.update_many(
                 {"_id": {"$in": ids}, "c": claim_id},

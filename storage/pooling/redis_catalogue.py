@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from core.models import QueueRef
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.pooling.catalogue import SHOWN_QUEUES, Flavor, Pool, pool_in_use
-from storage.redis.scripts import unavailable_as_domain_error
+from storage.redis.runner import unavailable_as_domain_error
 from storage.redis.store import RedisStore
 
 

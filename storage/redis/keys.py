@@ -220,6 +220,12 @@ class ProjectKeys:
     def message(self, message_id: str) -> str:
         return f"{self.prefix}m:{message_id}"
 
+    @property
+    def message_prefix(self) -> str:
+        """message(id) is this followed by the id: export_dead_letters.lua builds the keys of the ids it
+        finds from it."""
+        return f"{self.prefix}m:"
+
     def claim(self, claim_id: str) -> str:
         return f"{self.prefix}c:{claim_id}"
 

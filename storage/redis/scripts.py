@@ -1,20 +1,28 @@
-"""Loads lua/*.lua (each prefixed with lib.lua) and maps the scripts' CHARON_* errors to domain errors."""
+"""The Lua scripts (lua/*.lua, each prefixed with lib.lua), one typed wrapper each.
+
+A wrapper takes the queue it works on as a `Target` and its arguments by name, puts every key it knows in
+KEYS (built by keys.py), runs the script through the one `ScriptRunner`, and returns a typed reply. Queue
+scripts share their first KEYS and ARGV (lib.lua queue_script): the queue's keys, then the prefix, the
+queue name, now, and the operator's dead-letter defaults.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, NoReturn
+from typing import Any, NamedTuple
 
-import redis.asyncio as aioredis
-from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+import orjson
 
-from core import errors
-from core.metadata import DeadLetterDefaults
+from core.metadata import DeadLetterDefaults, QueuePolicy
+from core.models import Message, QueueRef
+from storage.redis.keys import ProjectKeys, QueueKeys, TaskField, message_of
+from storage.redis.runner import Script, ScriptRunner
+
+# Scripts that change nothing a client asked for (their housekeeping is the service's own): a failure after
+# one was sent is just "unavailable", never "the outcome is unknown".
+READ_SCRIPTS = frozenset({"list_messages", "get_messages", "stats", "get_claim"})
 
 SCRIPT_NAMES = (
     "create_queue",
@@ -41,201 +49,342 @@ SCRIPT_NAMES = (
     "redrive_step",
 )
 
-# Scripts that change nothing a client asked for (their housekeeping is the service's own): a failure after
-# one was sent is just "unavailable", never "the outcome is unknown".
-READ_SCRIPTS = frozenset({"list_messages", "get_messages", "stats", "get_claim"})
-
-_ERRORS: dict[str, type[errors.CharonError]] = {
-    # Redis refusing writes: maxmemory with noeviction ("OOM"), a failing disk ("MISCONF"). A script is
-    # refused only before its first write (Redis will not stop one half-way), so nothing was changed.
-    "OOM": errors.StorageFull,
-    "MISCONF": errors.StorageFull,
-    # Redis not serving now: starting up, a script running too long, a replica, a cluster without quorum.
-    "LOADING": errors.StorageUnavailable,
-    "BUSY": errors.StorageUnavailable,
-    "READONLY": errors.StorageUnavailable,
-    "MASTERDOWN": errors.StorageUnavailable,
-    "CLUSTERDOWN": errors.StorageUnavailable,
-    "TRYAGAIN": errors.StorageUnavailable,
-    "CHARON_TOO_LARGE": errors.PayloadTooLarge,
-    "CHARON_NO_CLAIM": errors.ClaimNotFound,
-    "CHARON_CLAIMED": errors.ClaimMismatch,
-    "CHARON_CLAIM_MISMATCH": errors.ClaimMismatch,
-    "CHARON_STALE": errors.MetadataChanged,
-    "CHARON_NO_MESSAGE": errors.MessageNotFound,
-    "CHARON_NO_DLQ": errors.Conflict,
-    "CHARON_NO_TASK": errors.NotFound,
-    "CHARON_IDEMPOTENCY": errors.IdempotencyKeyReused,
-}
-
 
 def _source(name: str) -> str:
     return (resources.files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
 
 
-def load_scripts(
-    client: aioredis.Redis | aioredis.RedisCluster, defaults: DeadLetterDefaults | None = None
-) -> dict[str, AsyncScript]:
-    """register_script sends EVALSHA and falls back to EVAL (reloading) on NOSCRIPT by itself. The
-    operator's dead-letter defaults are written into lib.lua, so scripts apply them with no extra argument."""
-    lib = _source("lib").replace("--@DEFAULTS@", _defaults_lua(defaults or DeadLetterDefaults()))
-    return {name: client.register_script(f"{lib}\n{_source(name)}") for name in SCRIPT_NAMES}
+def defaults_args(defaults: DeadLetterDefaults) -> list[bytes]:
+    """lib.lua set_defaults' three arguments: max claim count, template prefix, suffix ('' = none)."""
+    prefix, suffix = defaults.prefix_suffix or ("", "")
+    maxcc = "" if defaults.max_claim_count is None else str(defaults.max_claim_count)
+    return [maxcc.encode(), prefix.encode(), suffix.encode()]
 
 
-def _defaults_lua(defaults: DeadLetterDefaults) -> str:
-    lines = []
-    if defaults.max_claim_count is not None:
-        lines.append(f"AUTO_MAXCC = {int(defaults.max_claim_count)}")
-    if (ps := defaults.prefix_suffix) is not None:  # names hold only [A-Za-z0-9_.-] (check_template)
-        lines.append(f"AUTO_PREFIX, AUTO_SUFFIX = '{ps[0]}', '{ps[1]}'")
-    return "\n".join(lines)
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A queue as the scripts address it: its KEYS and first ARGV, encoded once (on a one-message DELETE,
+    building and encoding them was a fifth of the time spent in redis-py) and kept per queue."""
+
+    q: QueueRef
+    project: ProjectKeys
+    keys: list[bytes]
+    head: list[bytes]  # prefix, name
+
+    @classmethod
+    def of(cls, namespace: str, q: QueueRef) -> Target:
+        qk = QueueKeys.of(namespace, q)
+        return cls(q, qk.project, [k.encode() for k in qk.all()], [qk.prefix.encode(), q.name.encode()])
 
 
-def domain_error(exc: ResponseError) -> errors.CharonError | None:
-    """The domain error a script raised with redis.error_reply('CHARON_<CODE> description'), or the one a
-    Redis error reply about the server's state stands for (OOM, LOADING, ...), if any."""
-    text = str(exc)
-    code, _, description = text.partition(" ")
-    # redis-py takes the code off the replies it knows (OOM, READONLY, ...) and keeps it in status_code
-    known = getattr(exc, "status_code", None)
-    if isinstance(known, str) and known in _ERRORS:
-        code, description = known, text
-    cls = _ERRORS.get(code)
-    if cls is None:
-        return None
-    if code.startswith("CHARON_"):
-        return cls(description)
-    return cls(f"Redis answered {code} {description[:200]}.")
+def _messages(views: Sequence[list[Any]]) -> list[Message]:
+    """Messages from lib.lua view()s: [id, field, value, field, value, ...]."""
+    return [message_of(v[0], dict(zip(v[1::2], v[2::2], strict=True))) for v in views]
 
 
-def raise_as_domain_error(exc: ResponseError) -> NoReturn:
-    """Raise the domain error a script's error reply stands for, or the reply itself when it is none."""
-    mapped = domain_error(exc)
-    if mapped is None:
-        raise exc
-    raise mapped from None
+def _opt(value: object) -> str:
+    return "" if value is None else str(value)
 
 
-async def run(script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
-    try:
-        return await script(keys=keys, args=args)
-    except ResponseError as exc:
-        raise_as_domain_error(exc)
+class PostReply(NamedTuple):
+    lowered: bool  # the project's earliest due time moved earlier (lib.lua SWEEP)
+    earlier_ids: list[str] | None  # an Idempotency-Key's earlier post: its ids, nothing stored now
 
 
-def connection_error(exc: Exception, *, sent: bool) -> errors.StorageUnavailable:
-    """A connection failure or timeout as a domain error: OutcomeUnknown once a write was `sent` (it may
-    have run), StorageUnavailable before (nothing was changed)."""
-    if sent:
-        return errors.OutcomeUnknown(f"Redis stopped answering ({exc}).")
-    return errors.StorageUnavailable(f"Redis is not reachable ({exc}).")
+class ListReply(NamedTuple):
+    last_marker: int
+    more: bool
+    messages: list[Message]
 
 
-def before_sending(exc: Exception) -> bool:
-    """Whether a failure of redis-py's own command path happened before the command went out: connecting
-    (refused, or timed out) is; reading, or writing part of a command, is not known to be."""
-    return "connecting" in str(exc)
+class ClaimReply(NamedTuple):
+    lowered: bool
+    dead_lettered: int
+    discarded: int
+    messages: list[Message]
 
 
-class DirectScripts:
-    """Runs the queue scripts (the API's hot path) with EVALSHA on connections this object keeps, made by
-    the client's own pool (same address, credentials, TLS, decoding), instead of through
-    Redis.execute_command. redis-py 8's command path (pool lock, a liveness probe on every checkout, retry
-    wrapper, metrics hooks, AsyncScript) was the largest part of a one-message DELETE's time in Charon
-    (bench/README.md). What stays the same: one EVALSHA per call, NOSCRIPT answered by loading the script,
-    the scripts' CHARON_* errors mapped to domain errors, redis-py's periodic health check (a PING on a
-    connection idle for 30 s). A kept connection that fails is replaced and the call made once more on a
-    new one (as redis-py's default retry would); a new connection that fails raises. Redis Cluster clients
-    keep redis-py's path (their routing is the point)."""
+class ClaimView(NamedTuple):
+    ttl: int
+    grace: int
+    created_ms: int
+    expires_ms: int
+    messages: list[Message]
 
-    MAX_IDLE = 64  # connections kept between calls (a worker's usual concurrency is far below)
 
-    def __init__(self, client: aioredis.Redis, scripts: dict[str, AsyncScript]) -> None:
-        self._pool = client.connection_pool
-        self._scripts = scripts
-        self._idle: list[Any] = []
+class StatsReply(NamedTuple):
+    total: int
+    claimed: int
+    delayed: int
+    dead_lettered: int
+    discarded: int
+    received: int
+    oldest: tuple[str, int] | None  # id, created ms
+    newest: tuple[str, int] | None
 
-    async def __call__(
-        self, name: str, keys: Sequence[str | bytes], args: list[Any], *, write: bool = True
+
+class SweepReply(NamedTuple):
+    visited: int
+    still_due: int
+    next_due_ms: int | None
+
+
+class StepReply(NamedTuple):
+    lowered: bool
+    task: dict[str, str]  # the task's hash fields (keys.TaskField) as the step left them
+
+
+class TaskLease(NamedTuple):
+    taken: bool
+    status: str  # '' when the task is gone
+
+
+class Scripts:
+    """Every script of the driver, typed. `defaults`: the operator's dead-letter defaults, passed to the
+    scripts that read a queue's policy (never written into a script's text)."""
+
+    def __init__(self, runner: ScriptRunner, *, defaults: DeadLetterDefaults | None = None) -> None:
+        lib = _source("lib")
+        self._run = runner
+        self._s = {
+            name: Script(name, f"{lib}\n{_source(name)}", write=name not in READ_SCRIPTS)
+            for name in SCRIPT_NAMES
+        }
+        self._defaults = defaults_args(defaults or DeadLetterDefaults())
+
+    async def _queue(
+        self, name: str, t: Target, now: int, args: Sequence[Any], extra_keys: Sequence[str] = ()
     ) -> Any:
-        """One EVALSHA. A kept connection that the server closed meanwhile (a restart) is replaced before
-        anything is sent, and a failure while sending on a kept one is tried once more on a new one: the
-        script cannot have run. A failure once the command is out is never retried (the script may have
-        run): OutcomeUnknown for a `write`, StorageUnavailable otherwise."""
-        script = self._scripts[name]
-        conn = self._idle.pop() if self._idle else None
-        if conn is not None and _closed(conn):
-            await conn.disconnect(nowait=True)
-            conn = None
-        reused = conn is not None
-        conn = conn or self._new()
-        sent = False
-        try:
-            try:
-                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            except (RedisConnectionError, RedisTimeoutError):
-                await conn.disconnect(nowait=True)
-                if not reused:
-                    raise
-                conn = self._new()
-                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            sent = write
-            result = await self._reply(conn, script, keys, args)
-        except ResponseError as exc:
-            await self._keep(conn)  # the server answered: the connection is in a clean state
-            raise_as_domain_error(exc)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            await conn.disconnect(nowait=True)
-            raise connection_error(exc, sent=sent) from None
-        except BaseException:  # a cancelled call with its reply still to come
-            await conn.disconnect(nowait=True)
-            raise
-        await self._keep(conn)
-        return result
+        keys = [*t.keys, *(k.encode() for k in extra_keys)] if extra_keys else t.keys
+        return await self._run(self._s[name], keys, [*t.head, now, *self._defaults, *args])
 
-    async def _keep(self, conn: Any) -> None:
-        """Keep a connection for the next call, up to MAX_IDLE; past that (after a burst) close it."""
-        if len(self._idle) < self.MAX_IDLE:
-            self._idle.append(conn)
-        else:
-            await conn.disconnect()
+    # -- queues ---------------------------------------------------------------------------------------
 
-    def _new(self) -> Any:
-        return self._pool.make_connection()  # type: ignore[no-untyped-call]
+    async def create_queue(self, t: Target, *, now: int, metadata: list[Any]) -> bool:
+        """metadata: policy_args(); False when the queue existed (its metadata left as it is)."""
+        return bool(await self._queue("create_queue", t, now, metadata, [t.project.metadata_version]))
 
-    @staticmethod
-    async def _reply(conn: Any, script: AsyncScript, keys: Sequence[str | bytes], args: list[Any]) -> Any:
-        try:
-            return await conn.read_response()
-        except NoScriptError:  # the server restarted or was flushed (the script did not run): load it, go on
-            await conn.send_command("SCRIPT", "LOAD", script.script)
-            await conn.read_response()
-            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return await conn.read_response()
+    async def set_metadata(self, t: Target, *, now: int, metadata: list[Any]) -> None:
+        await self._queue("set_metadata", t, now, metadata, [t.project.metadata_version])
 
-    async def aclose(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.disconnect()
+    async def drop_messages(self, t: Target, *, now: int, batch: int, delete_queue: bool) -> int:
+        """Deletes up to `batch` messages; returns how many are left."""
+        return int(await self._queue("drop_messages", t, now, [batch, int(delete_queue)]))
+
+    async def stats(self, t: Target, *, now: int) -> StatsReply:
+        total, claimed, delayed, n_dl, n_disc, n_rcv, old_id, old_cr, new_id, new_cr = await self._queue(
+            "stats", t, now, []
+        )
+        return StatsReply(
+            total,
+            claimed,
+            delayed,
+            n_dl,
+            n_disc,
+            n_rcv,
+            (old_id, int(old_cr)) if old_id else None,
+            (new_id, int(new_cr)) if new_id else None,
+        )
+
+    # -- messages -------------------------------------------------------------------------------------
+
+    async def post_messages(
+        self,
+        t: Target,
+        *,
+        now: int,
+        ids: Sequence[str],
+        packed: str,
+        client_id: str,
+        default_ttl: int,
+        default_delay: int,
+        body_size: int,
+        idempotency: tuple[str, str, int] | None = None,
+    ) -> PostReply:
+        """packed: post_messages.lua's one-argument form of the messages; idempotency: (record key,
+        fingerprint, window ms)."""
+        keys = [t.project.message(i) for i in ids]
+        args: list[Any] = [client_id, default_ttl, default_delay, body_size, packed]
+        if idempotency is not None:
+            record, fingerprint, window_ms = idempotency
+            keys.insert(0, record)
+            args += [fingerprint, window_ms]
+        lowered, n, *earlier = await self._queue("post_messages", t, now, args, keys)
+        return PostReply(bool(lowered), earlier[0].split(",") if n == -1 else None)
+
+    async def list_messages(
+        self,
+        t: Target,
+        *,
+        now: int,
+        marker: int,
+        limit: int,
+        echo: bool,
+        client_id: str,
+        include_claimed: bool,
+        include_delayed: bool,
+    ) -> ListReply:
+        args = [marker, limit, int(echo), client_id, int(include_claimed), int(include_delayed)]
+        last, more, *views = await self._queue("list_messages", t, now, args)
+        return ListReply(int(last), bool(more), _messages(views))
+
+    async def get_messages(self, t: Target, *, now: int, ids: Sequence[str]) -> list[Message]:
+        views = await self._queue("get_messages", t, now, ids, [t.project.message(i) for i in ids])
+        return _messages(views)
+
+    async def delete_message(self, t: Target, *, now: int, message_id: str, claim_id: str | None) -> bool:
+        args = [message_id, claim_id or ""]
+        return bool(await self._queue("delete_message", t, now, args, [t.project.message(message_id)]))
+
+    async def delete_messages(self, t: Target, *, now: int, ids: Sequence[str]) -> int:
+        return int(await self._queue("delete_messages", t, now, ids, [t.project.message(i) for i in ids]))
+
+    async def pop_messages(self, t: Target, *, now: int, limit: int) -> list[Message]:
+        return _messages(await self._queue("pop_messages", t, now, [limit]))
+
+    # -- claims ---------------------------------------------------------------------------------------
+
+    def _claim_keys(self, t: Target, claim_id: str) -> list[str]:
+        return [t.project.claim(claim_id), t.project.claim_messages(claim_id)]
+
+    async def claim(
+        self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int, limit: int
+    ) -> ClaimReply:
+        keys = self._claim_keys(t, claim_id)
+        lowered, dead_lettered, discarded, *views = await self._queue(
+            "claim", t, now, [claim_id, ttl, grace, limit], keys
+        )
+        return ClaimReply(bool(lowered), dead_lettered, discarded, _messages(views))
+
+    async def get_claim(self, t: Target, *, now: int, claim_id: str) -> ClaimView:
+        out = await self._queue("get_claim", t, now, [claim_id], self._claim_keys(t, claim_id))
+        ttl, grace, created, expires, *views = out
+        return ClaimView(int(ttl), int(grace), int(created), int(expires), _messages(views))
+
+    async def renew_claim(self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int) -> bool:
+        """Returns lowered."""
+        keys = self._claim_keys(t, claim_id)
+        lowered, _held = await self._queue("renew_claim", t, now, [claim_id, ttl, grace], keys)
+        return bool(lowered)
+
+    async def release_claim(self, t: Target, *, now: int, claim_id: str, wait_ms: int | None) -> bool:
+        """Returns lowered."""
+        keys = self._claim_keys(t, claim_id)
+        lowered, *_counts = await self._queue("release_claim", t, now, [claim_id, _opt(wait_ms)], keys)
+        return bool(lowered)
+
+    async def release_message(
+        self, t: Target, *, now: int, message_id: str, claim_id: str, wait_ms: int | None
+    ) -> bool:
+        """Returns lowered."""
+        args = [message_id, claim_id, _opt(wait_ms)]
+        lowered, _outcome = await self._queue(
+            "release_message", t, now, args, [t.project.message(message_id)]
+        )
+        return bool(lowered)
+
+    async def dead_letter_message(
+        self,
+        t: Target,
+        *,
+        now: int,
+        message_id: str,
+        claim_id: str,
+        reason: str | None,
+        description: str | None,
+    ) -> bool:
+        """True when moved, False when discarded (the message was not DLQ-eligible)."""
+        args = [message_id, claim_id, reason or "", description or ""]
+        outcome = await self._queue("dead_letter_message", t, now, args, [t.project.message(message_id)])
+        return bool(outcome == "moved")
+
+    # -- redrive tasks --------------------------------------------------------------------------------
+
+    async def task_create(
+        self,
+        t: Target,
+        *,
+        now: int,
+        task_id: str,
+        spec: Mapping[str, Any],
+        filters: list[Any],
+        owner: str,
+        lease_ms: int,
+    ) -> int:
+        """filters: destination, source queue, reason, after ms, before ms, limit (None = not given).
+        Returns the DLQ's last marker, where the task will stop."""
+        args = [task_id, orjson.dumps(dict(spec)).decode(), *map(_opt, filters), owner, lease_ms]
+        keys = [t.project.task(task_id), t.project.tasks(t.q.name)]
+        return int(await self._queue("task_create", t, now, args, keys))
+
+    async def redrive_step(
+        self, t: Target, *, now: int, task_id: str, owner: str, lease_ms: int, batch: int
+    ) -> StepReply:
+        out = await self._queue(
+            "redrive_step", t, now, [task_id, owner, lease_ms, batch], [t.project.task(task_id)]
+        )
+        lowered, *fields = out
+        return StepReply(bool(lowered), dict(zip(STEP_FIELDS, map(str, fields), strict=True)))
+
+    async def task_lease(self, task_key: str, *, now: int, owner: str, lease_ms: int) -> TaskLease:
+        taken, status = await self._run(self._s["task_lease"], [task_key], [owner, now, lease_ms])
+        return TaskLease(bool(taken), status)
+
+    async def task_cancel(self, task_key: str, *, now: int, queue: str) -> dict[str, str]:
+        """The task's hash fields as the cancel left them."""
+        flat = await self._run(self._s["task_cancel"], [task_key], [queue, now])
+        return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+    async def task_release(self, task_key: str, *, owner: str) -> bool:
+        return bool(await self._run(self._s["task_release"], [task_key], [owner]))
+
+    # -- the sweeper ----------------------------------------------------------------------------------
+
+    async def sweep(self, projects: Sequence[ProjectKeys], *, now: int, max_queues: int) -> list[SweepReply]:
+        """sweep.lua once per project, together (lib.lua housekeep bounds each)."""
+        calls = [([p.due], [p.prefix, now, max_queues, *self._defaults]) for p in projects]
+        return [
+            SweepReply(int(r[0]), int(r[1]), None if int(r[2]) < 0 else int(r[2]))
+            for r in await self._run.each(self._s["sweep"], calls)
+        ]
 
 
-def _closed(conn: Any) -> bool:
-    """Whether the server has closed this kept connection (its reader saw the end of the stream)."""
-    reader = getattr(conn, "_reader", None)
-    return reader is None or reader.at_eof()
+# the task's hash fields, in the order redrive_step.lua returns them
+STEP_FIELDS = (
+    TaskField.STATUS,
+    TaskField.CURSOR,
+    TaskField.SCANNED,
+    TaskField.MOVED,
+    TaskField.SKIPPED,
+    TaskField.END,
+    TaskField.CREATED,
+    TaskField.UPDATED,
+    TaskField.SPEC,
+    TaskField.OWNER,
+)
 
 
-@asynccontextmanager
-async def unavailable_as_domain_error(*, write: bool = False) -> AsyncIterator[None]:
-    """Redis failures through redis-py's own command path as domain errors: a connection failure or timeout
-    as StorageUnavailable (OutcomeUnknown for a `write` that got past connecting), and the server's refusals
-    (OOM, LOADING, ...) as their domain errors; a script's CHARON_* reply stays with run()."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        raise connection_error(exc, sent=write and not before_sending(exc)) from None
-    except ResponseError as exc:
-        mapped = domain_error(exc)
-        if mapped is None:
-            raise
-        raise mapped from None
+def policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_version: int | None) -> list[Any]:
+    """ARGV for lib.lua write_metadata: the metadata, then its POLICY_FIELDS in order, then the version."""
+
+    def opt(value: float | str | None) -> float | str:
+        return "" if value is None else value
+
+    b = policy.backoff
+    return [
+        orjson.dumps(dict(metadata)).decode(),
+        opt(policy.default_message_ttl),
+        opt(policy.default_message_delay),
+        opt(policy.max_messages_post_size),
+        opt(policy.max_claim_count),
+        opt(policy.dead_letter_queue),
+        opt(policy.dead_letter_ttl),
+        opt(b.delay_ms if b else None),
+        opt(repr(b.multiplier) if b else None),
+        opt(b.max_ms if b else None),
+        opt(repr(b.jitter) if b else None),
+        opt(",".join(map(str, b.levels_ms)) if b and b.levels_ms else None),
+        opt(policy.expired_ttl),
+        opt(policy.max_message_ttl),
+        opt(expected_version),
+    ]

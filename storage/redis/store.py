@@ -7,7 +7,6 @@ the project's hash tag (keys.py), so Redis Cluster works too.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Mapping, Sequence
@@ -45,29 +44,23 @@ from core.models import (
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.redis.keys import (
     ProjectKeys,
+    QueueField,
     QueueKeys,
+    TaskField,
     due_projects_key,
     full_scan_key,
     health_key,
-    message_of,
-    project_prefix,
     projects_key,
     sweeper_lease_key,
     tasks_key,
     touched_key,
 )
-from storage.redis.scripts import (
-    READ_SCRIPTS,
-    DirectScripts,
-    load_scripts,
-    run,
-    unavailable_as_domain_error,
-)
+from storage.redis.runner import ScriptRunner, unavailable_as_domain_error
+from storage.redis.scripts import Scripts, Target, policy_args
 
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
 SWEEP_PROJECTS_PER_ROUND = 500  # projects looked at in one pipeline
-CLUSTER_SWEEP_CONCURRENCY = 32  # sweep.lua calls in flight at once on a Redis Cluster
 FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair what a crash left unmarked
 
 
@@ -115,38 +108,7 @@ def _task_member(q: QueueRef, task_id: str) -> str:
     return orjson.dumps([q.project, q.name, task_id]).decode()
 
 
-def _message(flat: list[Any]) -> Message:
-    """A message from a script's view: [id, field, value, field, value, ...] (lib.lua view())."""
-    return message_of(flat[0], dict(zip(flat[1::2], flat[2::2], strict=True)))
-
-
-def _policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_version: int | None) -> list[Any]:
-    """ARGV for lib.lua write_metadata: the metadata, then its POLICY_FIELDS in order, then the version."""
-
-    def opt(value: float | str | None) -> float | str:
-        return "" if value is None else value
-
-    b = policy.backoff
-    return [
-        orjson.dumps(dict(metadata)).decode(),
-        opt(policy.default_message_ttl),
-        opt(policy.default_message_delay),
-        opt(policy.max_messages_post_size),
-        opt(policy.max_claim_count),
-        opt(policy.dead_letter_queue),
-        opt(policy.dead_letter_ttl),
-        opt(b.delay_ms if b else None),
-        opt(repr(b.multiplier) if b else None),
-        opt(b.max_ms if b else None),
-        opt(repr(b.jitter) if b else None),
-        opt(",".join(map(str, b.levels_ms)) if b and b.levels_ms else None),
-        opt(policy.expired_ttl),
-        opt(policy.max_message_ttl),
-        opt(expected_version),
-    ]
-
-
-STEP_FIELDS = ("status", "cursor", "scanned", "moved", "skipped", "end", "cr", "up", "spec", "owner")
+T = TaskField
 
 
 def _task(q: QueueRef, task_id: str, f: Mapping[Any, Any]) -> RedriveTask:
@@ -154,16 +116,16 @@ def _task(q: QueueRef, task_id: str, f: Mapping[Any, Any]) -> RedriveTask:
     return RedriveTask(
         id=TaskId(task_id),
         queue=q.name,
-        spec=RedriveSpec.from_dict(orjson.loads(f["spec"])),
-        status=f["status"],  # the scripts write only TaskStatus values
-        created_ms=int(f["cr"]),
-        updated_ms=int(f["up"]),
-        end_marker=int(f["end"]),
-        cursor=int(f["cursor"]),
-        scanned=int(f["scanned"]),
-        moved=int(f["moved"]),
-        skipped=int(f["skipped"]),
-        owner=f["owner"],
+        spec=RedriveSpec.from_dict(orjson.loads(f[T.SPEC])),
+        status=f[T.STATUS],  # the scripts write only TaskStatus values
+        created_ms=int(f[T.CREATED]),
+        updated_ms=int(f[T.UPDATED]),
+        end_marker=int(f[T.END]),
+        cursor=int(f[T.CURSOR]),
+        scanned=int(f[T.SCANNED]),
+        moved=int(f[T.MOVED]),
+        skipped=int(f[T.SKIPPED]),
+        owner=f[T.OWNER],
     )
 
 
@@ -179,15 +141,16 @@ class RedisStore:
         namespace: str = "charon",
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ):
         self._client = client
         self._unmarked: set[str] = set()  # projects whose touched mark failed: marked at the next sweep
         self._namespace = namespace
         self._clock = clock or SystemClock()
-        self._scripts = load_scripts(client, defaults)
-        self._direct = DirectScripts(client, self._scripts) if isinstance(client, aioredis.Redis) else None
+        self._runner = ScriptRunner(client, timeout=timeout)
+        self._scripts = Scripts(self._runner, defaults=defaults)
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
-        self._keys: dict[QueueRef, tuple[list[bytes], bytes, bytes]] = {}
+        self._targets: dict[QueueRef, Target] = {}
         self._lease_token = new_id()
 
     @classmethod
@@ -203,7 +166,8 @@ class RedisStore:
         """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
         (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes. `timeout`: seconds a
         call may wait for the server (connecting, or for an answer) before it fails with 503."""
-        return cls(cls.client_from_url(url, timeout), namespace=namespace, clock=clock, defaults=defaults)
+        client = cls.client_from_url(url, timeout)
+        return cls(client, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout)
 
     @staticmethod
     def client_from_url(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Client:
@@ -220,30 +184,16 @@ class RedisStore:
             url, decode_responses=True, health_check_interval=30, retry=once, **bounded
         )
 
-    def _script_keys(self, q: QueueRef) -> tuple[list[bytes], bytes, bytes]:
-        """A queue script's KEYS and its first two ARGV (prefix, name), encoded once per queue and kept: on
-        a one-message DELETE, building and encoding them was a fifth of the time spent in redis-py."""
-        cached = self._keys.get(q)
-        if cached is None:
-            if len(self._keys) >= 10_000:
-                self._keys.clear()
-            qk = QueueKeys.of(self._namespace, q)
-            cached = ([k.encode() for k in qk.all()], qk.prefix.encode(), q.name.encode())
-            self._keys[q] = cached
-        return cached
-
-    async def _call(self, name: str, q: QueueRef, *args: Any, extra_keys: Sequence[str] = ()) -> Any:
-        keys, prefix, queue_name = self._script_keys(q)
-        if extra_keys:
-            keys = [*keys, *(k.encode() for k in extra_keys)]
+    async def _target(self, q: QueueRef) -> Target:
+        """The queue as the scripts address it (kept per queue), its project in the sweeper's list."""
+        target = self._targets.get(q)
+        if target is None:
+            if len(self._targets) >= 10_000:
+                self._targets.clear()
+            target = self._targets[q] = Target.of(self._namespace, q)
         if q.project not in self._registered:
             await self._register(q.project)
-        write = name not in READ_SCRIPTS
-        argv = [prefix, queue_name, self._clock.now_ms(), *args]
-        if self._direct is not None:
-            return await self._direct(name, keys, argv, write=write)
-        async with unavailable_as_domain_error(write=write):
-            return await run(self._scripts[name], keys, argv)
+        return target
 
     async def _register(self, project: str) -> None:
         """Put the project in the sweeper's list (its periodic full scan walks it), once per process.
@@ -259,18 +209,13 @@ class RedisStore:
             self._registered.discard(project)
             raise
 
-    async def _call_scheduling(
-        self, name: str, q: QueueRef, *args: Any, extra_keys: Sequence[str] = ()
-    ) -> list[Any]:
-        """_call() for the scripts that may move the project's earliest due time earlier (lib.lua SWEEP):
-        they return that flag first, and then the project is marked touched so the sweeper looks at it.
-        The script's work is done by then, so a failing mark never fails the call: it is tried again at
-        this process's next sweep, and a mark lost with the process is repaired by the periodic full scan."""
-        out: list[Any] = await self._call(name, q, *args, extra_keys=extra_keys)
-        lowered, *result = out
+    async def _scheduled(self, q: QueueRef, lowered: bool) -> None:
+        """After a script that may move the project's earliest due time earlier (lib.lua SWEEP) did: mark the
+        project touched so the sweeper looks at it. The script's work is done by then, so a failing mark
+        never fails the call: it is tried again at this process's next sweep, and a mark lost with the
+        process is repaired by the periodic full scan."""
         if lowered:
             await self._mark_touched([q.project])
-        return result
 
     async def _mark_touched(self, projects: list[str]) -> None:
         try:
@@ -292,16 +237,19 @@ class RedisStore:
         policy: QueuePolicy,
         expected_version: int | None = None,
     ) -> bool:
-        return bool(await self._call("create_queue", q, *_policy_args(metadata, policy, expected_version)))
+        args = policy_args(metadata, policy, expected_version)
+        return await self._scripts.create_queue(
+            await self._target(q), now=self._clock.now_ms(), metadata=args
+        )
 
     async def metadata_version(self, q: QueueRef) -> int:
         async with unavailable_as_domain_error():
-            raw = await self._client.get(f"{project_prefix(self._namespace, q.project)}mver")
+            raw = await self._client.get(ProjectKeys.of(self._namespace, q.project).metadata_version)
         return int(raw or 0)
 
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
         async with unavailable_as_domain_error():
-            raw = await self._client.hget(QueueKeys.of(self._namespace, q).queue, "meta")
+            raw = await self._client.hget(QueueKeys.of(self._namespace, q).queue, QueueField.META)
         return dict(orjson.loads(raw)) if raw else {}
 
     async def set_metadata(
@@ -312,20 +260,21 @@ class RedisStore:
         policy: QueuePolicy,
         expected_version: int | None = None,
     ) -> None:
-        await self._call("set_metadata", q, *_policy_args(metadata, policy, expected_version))
+        args = policy_args(metadata, policy, expected_version)
+        await self._scripts.set_metadata(await self._target(q), now=self._clock.now_ms(), metadata=args)
 
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool
     ) -> Page[QueueInfo]:
-        prefix = project_prefix(self._namespace, project)
+        keys = ProjectKeys.of(self._namespace, project)
         start = f"({marker}" if marker else "-"
         async with unavailable_as_domain_error():
-            names = [str(n) for n in await self._client.zrangebylex(f"{prefix}queues", start, "+", 0, limit)]
+            names = [str(n) for n in await self._client.zrangebylex(keys.queues, start, "+", 0, limit)]
             metas: list[str | None] = []
             if detailed and names:
                 async with self._client.pipeline(transaction=False) as pipe:
                     for name in names:
-                        pipe.hget(f"{prefix}q:{name}", "meta")
+                        pipe.hget(keys.queue(name), QueueField.META)
                     metas = await pipe.execute()
         infos = [
             QueueInfo(name=n, metadata=(dict(orjson.loads(m)) if m else {}) if detailed else None)
@@ -335,7 +284,10 @@ class RedisStore:
 
     async def _drop(self, q: QueueRef, *, delete_queue: bool) -> None:
         # Batched so no single script blocks Redis on a huge queue; each batch is atomic on its own.
-        while await self._call("drop_messages", q, DROP_BATCH, int(delete_queue)) > 0:
+        t = await self._target(q)
+        while await self._scripts.drop_messages(
+            t, now=self._clock.now_ms(), batch=DROP_BATCH, delete_queue=delete_queue
+        ):
             pass
 
     async def delete_queue(self, q: QueueRef) -> None:
@@ -345,19 +297,17 @@ class RedisStore:
         await self._drop(q, delete_queue=False)
 
     async def stats(self, q: QueueRef) -> QueueStats:
-        total, claimed, delayed, n_dl, n_disc, n_rcv, old_id, old_cr, new_id_, new_cr = await self._call(
-            "stats", q
-        )
+        r = await self._scripts.stats(await self._target(q), now=self._clock.now_ms())
         return QueueStats(
-            free=total - claimed,
-            claimed=claimed,
-            delayed=delayed,
-            total=total,
-            oldest=MessageStamp(MessageId(old_id), int(old_cr)) if old_id else None,
-            newest=MessageStamp(MessageId(new_id_), int(new_cr)) if new_id_ else None,
-            dead_lettered=n_dl,
-            discarded=n_disc,
-            dead_letters_received=n_rcv,
+            free=r.total - r.claimed,
+            claimed=r.claimed,
+            delayed=r.delayed,
+            total=r.total,
+            oldest=MessageStamp(MessageId(r.oldest[0]), r.oldest[1]) if r.oldest else None,
+            newest=MessageStamp(MessageId(r.newest[0]), r.newest[1]) if r.newest else None,
+            dead_lettered=r.dead_lettered,
+            discarded=r.discarded,
+            dead_letters_received=r.received,
         )
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -383,15 +333,23 @@ class RedisStore:
                 "1" if m.dead_letter_eligible else "0",
                 orjson.dumps(m.body).decode(),  # orjson escapes every control character: no raw "\x1f"
             ]
-        packed = "\x1f".join(fields)
-        args: list[Any] = [client_id, default_ttl, default_delay, body_size, packed]
-        if idempotency is None:
-            await self._call_scheduling("post_messages", q, *args)
-            return ids
-        record = QueueKeys.of(self._namespace, q).idempotency(idempotency.key)
-        args += [idempotency.fingerprint, idempotency.window_ms]
-        n, *earlier = await self._call_scheduling("post_messages", q, *args, extra_keys=[record])
-        return [MessageId(i) for i in earlier[0].split(",")] if n == -1 else ids
+        record = None
+        if idempotency is not None:
+            key = QueueKeys.of(self._namespace, q).idempotency(idempotency.key)
+            record = (key, idempotency.fingerprint, idempotency.window_ms)
+        reply = await self._scripts.post_messages(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            ids=ids,
+            packed="\x1f".join(fields),
+            client_id=client_id,
+            default_ttl=default_ttl,
+            default_delay=default_delay,
+            body_size=body_size,
+            idempotency=record,
+        )
+        await self._scheduled(q, reply.lowered)
+        return ids if reply.earlier_ids is None else [MessageId(i) for i in reply.earlier_ids]
 
     async def list_messages(
         self,
@@ -404,40 +362,43 @@ class RedisStore:
         include_claimed: bool,
         include_delayed: bool,
     ) -> Page[Message]:
-        last, more, *views = await self._call(
-            "list_messages",
-            q,
-            marker or 0,
-            limit,
-            int(echo),
-            client_id,
-            int(include_claimed),
-            int(include_delayed),
+        r = await self._scripts.list_messages(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            marker=marker or 0,
+            limit=limit,
+            echo=echo,
+            client_id=client_id,
+            include_claimed=include_claimed,
+            include_delayed=include_delayed,
         )
-        return Page(items=[_message(v) for v in views], next_marker=str(last) if more else None)
+        return Page(items=r.messages, next_marker=str(r.last_marker) if r.more else None)
 
     async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
-        return [_message(v) for v in await self._call("get_messages", q, *ids)]
+        return await self._scripts.get_messages(await self._target(q), now=self._clock.now_ms(), ids=ids)
 
     async def delete_message(self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId | None) -> None:
-        await self._call("delete_message", q, message_id, claim_id or "")
+        t = await self._target(q)
+        await self._scripts.delete_message(
+            t, now=self._clock.now_ms(), message_id=message_id, claim_id=claim_id
+        )
 
     async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
-        await self._call("delete_messages", q, *ids)
+        await self._scripts.delete_messages(await self._target(q), now=self._clock.now_ms(), ids=ids)
 
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
-        return [_message(v) for v in await self._call("pop_messages", q, limit)]
+        return await self._scripts.pop_messages(await self._target(q), now=self._clock.now_ms(), limit=limit)
 
     # -- claims -------------------------------------------------------------------------------------------
 
     async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
         claim_id = ClaimId(new_id())
+        t = await self._target(q)
         now = self._clock.now_ms()
-        dead_lettered, discarded, *views = await self._call_scheduling(
-            "claim", q, claim_id, ttl, grace, limit
-        )
+        r = await self._scripts.claim(t, now=now, claim_id=claim_id, ttl=ttl, grace=grace, limit=limit)
+        await self._scheduled(q, r.lowered)
         claim = None
-        if views:
+        if r.messages:
             claim = Claim(
                 id=claim_id,
                 queue=q.name,
@@ -445,47 +406,65 @@ class RedisStore:
                 grace=grace,
                 created_ms=now,
                 expires_ms=now + ttl * 1000,
-                messages=[_message(v) for v in views],
+                messages=r.messages,
             )
-        return ClaimResult(claim=claim, dead_lettered=dead_lettered, discarded=discarded)
+        return ClaimResult(claim=claim, dead_lettered=r.dead_lettered, discarded=r.discarded)
 
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
-        ttl, grace, created, expires, *views = await self._call("get_claim", q, claim_id)
+        c = await self._scripts.get_claim(await self._target(q), now=self._clock.now_ms(), claim_id=claim_id)
         return Claim(
             id=claim_id,
             queue=q.name,
-            ttl=int(ttl),
-            grace=int(grace),
-            created_ms=int(created),
-            expires_ms=int(expires),
-            messages=[_message(v) for v in views],
+            ttl=c.ttl,
+            grace=c.grace,
+            created_ms=c.created_ms,
+            expires_ms=c.expires_ms,
+            messages=c.messages,
         )
 
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
-        await self._call_scheduling("renew_claim", q, claim_id, ttl, grace)
+        t = await self._target(q)
+        lowered = await self._scripts.renew_claim(
+            t, now=self._clock.now_ms(), claim_id=claim_id, ttl=ttl, grace=grace
+        )
+        await self._scheduled(q, lowered)
 
     async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
-        await self._call_scheduling("release_claim", q, claim_id, _opt(delay and delay * 1000))
+        t = await self._target(q)
+        lowered = await self._scripts.release_claim(
+            t, now=self._clock.now_ms(), claim_id=claim_id, wait_ms=delay and delay * 1000
+        )
+        await self._scheduled(q, lowered)
 
     async def release_message(
         self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, delay: int | None = None
     ) -> None:
-        await self._call_scheduling("release_message", q, message_id, claim_id, _opt(delay and delay * 1000))
+        t = await self._target(q)
+        lowered = await self._scripts.release_message(
+            t,
+            now=self._clock.now_ms(),
+            message_id=message_id,
+            claim_id=claim_id,
+            wait_ms=delay and delay * 1000,
+        )
+        await self._scheduled(q, lowered)
 
     async def dead_letter_message(
         self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
     ) -> bool:
-        outcome = await self._call(
-            "dead_letter_message",
-            q,
-            message_id,
-            claim_id,
-            rejection.reason or "",
-            rejection.description or "",
+        return await self._scripts.dead_letter_message(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            message_id=message_id,
+            claim_id=claim_id,
+            reason=rejection.reason,
+            description=rejection.description,
         )
-        return bool(outcome == "moved")
 
     # -- redrive -------------------------------------------------------------------------------------------
+
+    def _task_key(self, q: QueueRef, task_id: str) -> str:
+        return ProjectKeys.of(self._namespace, q.project).task(task_id)
 
     async def create_redrive(
         self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
@@ -496,19 +475,22 @@ class RedisStore:
         now = self._clock.now_ms()
         async with unavailable_as_domain_error(write=True):
             await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): now + lease_ms})
-        last = await self._call(
-            "task_create",
-            q,
-            task_id,
-            orjson.dumps(spec.to_dict()).decode(),
-            _opt(spec.destination),
-            _opt(spec.source_queue),
-            _opt(spec.reason),
-            _opt(spec.after_ms),
-            _opt(spec.before_ms),
-            _opt(spec.limit),
-            owner,
-            lease_ms,
+        filters = [
+            spec.destination,
+            spec.source_queue,
+            spec.reason,
+            spec.after_ms,
+            spec.before_ms,
+            spec.limit,
+        ]
+        last = await self._scripts.task_create(
+            await self._target(q),
+            now=now,
+            task_id=task_id,
+            spec=spec.to_dict(),
+            filters=filters,
+            owner=owner,
+            lease_ms=lease_ms,
         )
         return RedriveTask(
             id=task_id,
@@ -517,24 +499,25 @@ class RedisStore:
             status="running",
             created_ms=now,
             updated_ms=now,
-            end_marker=int(last),
+            end_marker=last,
             owner=owner,
         )
 
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         async with unavailable_as_domain_error():
-            f = await self._client.hgetall(ProjectKeys.of(self._namespace, q.project).task(task_id))
-        if f.get("q") != q.name:
+            f = await self._client.hgetall(self._task_key(q, task_id))
+        if f.get(TaskField.QUEUE) != q.name:
             raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
         return _task(q, task_id, f)
 
     async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
-        index = ProjectKeys.of(self._namespace, q.project).tasks(q.name)
+        keys = ProjectKeys.of(self._namespace, q.project)
+        index = keys.tasks(q.name)
         async with unavailable_as_domain_error():
             ids = [str(i) for i in await self._client.zrevrange(index, 0, limit - 1)]
             async with self._client.pipeline(transaction=False) as pipe:
                 for task_id in ids:
-                    pipe.hgetall(ProjectKeys.of(self._namespace, q.project).task(task_id))
+                    pipe.hgetall(keys.task(task_id))
                 hashes = await pipe.execute()
             # A finished task's hash expires after TASK_KEEP_MS; its index entry goes when it is next listed.
             gone = [task_id for task_id, f in zip(ids, hashes, strict=True) if not f]
@@ -543,11 +526,20 @@ class RedisStore:
         return [_task(q, task_id, f) for task_id, f in zip(ids, hashes, strict=True) if f]
 
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
-        tk = ProjectKeys.of(self._namespace, q.project).task(task_id)
-        async with unavailable_as_domain_error():
-            await run(self._scripts["task_cancel"], [tk], [q.name, self._clock.now_ms()])
-            await self._client.zrem(tasks_key(self._namespace), _task_member(q, task_id))
-        return await self.get_redrive(q, task_id)
+        """One script cancels the task and returns it; the global index (a hint: task_lease drops an entry
+        whose task is not running) is brought along after, and a failure there never fails the cancel."""
+        f = await self._scripts.task_cancel(
+            self._task_key(q, task_id), now=self._clock.now_ms(), queue=q.name
+        )
+        await self._drop_index_entry(q, task_id)
+        return _task(q, task_id, f)
+
+    async def _drop_index_entry(self, q: QueueRef, task_id: str) -> None:
+        try:
+            async with unavailable_as_domain_error():
+                await self._client.zrem(tasks_key(self._namespace), _task_member(q, task_id))
+        except CharonError as exc:
+            log.debug("redrive index not updated (%s)", exc.description)
 
     async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
         now = self._clock.now_ms()
@@ -555,21 +547,23 @@ class RedisStore:
         taken = []
         async with unavailable_as_domain_error():
             due = await self._client.zrangebyscore(index, "-inf", now, start=0, num=limit)
-            for member in map(str, due):
-                project, name, task_id = orjson.loads(member)
-                tk = ProjectKeys.of(self._namespace, project).task(task_id)
-                got, status = await run(self._scripts["task_lease"], [tk], [owner, now, lease_ms])
-                if status != "running":
+        for member in map(str, due):
+            project, name, task_id = orjson.loads(member)
+            q = QueueRef(project, name)
+            lease = await self._scripts.task_lease(
+                self._task_key(q, task_id), now=now, owner=owner, lease_ms=lease_ms
+            )
+            async with unavailable_as_domain_error():
+                if lease.status != "running":
                     await self._client.zrem(index, member)
-                elif got:
+                elif lease.taken:
                     await self._client.zadd(index, {member: now + lease_ms})
-                    taken.append((QueueRef(project, name), TaskId(task_id)))
+                    taken.append((q, TaskId(task_id)))
         return taken
 
     async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
-        tk = ProjectKeys.of(self._namespace, q.project).task(task_id)
-        async with unavailable_as_domain_error():
-            if await run(self._scripts["task_release"], [tk], [owner]):
+        if await self._scripts.task_release(self._task_key(q, task_id), owner=owner):
+            async with unavailable_as_domain_error():
                 await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): 0}, xx=True)
 
     async def redrive_step(
@@ -578,16 +572,24 @@ class RedisStore:
         """The step is one script, which returns the task as it leaves it; the global index is then brought
         along. That is a hint only (task_lease reads the task's own lease), so a failure there never fails a
         step whose moves are done."""
-        out = await self._call_scheduling("redrive_step", q, task_id, owner, lease_ms, batch)
-        # the task's hash fields, in the order redrive_step.lua returns them
-        task = _task(q, task_id, dict(zip(STEP_FIELDS, out, strict=True)))
-        member = _task_member(q, task_id)
+        r = await self._scripts.redrive_step(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            task_id=task_id,
+            owner=owner,
+            lease_ms=lease_ms,
+            batch=batch,
+        )
+        await self._scheduled(q, r.lowered)
+        task = _task(q, task_id, r.task)
+        if task.status != "running":
+            await self._drop_index_entry(q, task_id)
+            return task
         try:
             async with unavailable_as_domain_error():
-                if task.status == "running":
-                    await self._client.zadd(tasks_key(self._namespace), {member: task.updated_ms + lease_ms})
-                else:
-                    await self._client.zrem(tasks_key(self._namespace), member)
+                await self._client.zadd(
+                    tasks_key(self._namespace), {_task_member(q, task_id): task.updated_ms + lease_ms}
+                )
         except CharonError as exc:
             log.debug("redrive index not updated (%s)", exc.description)
         return task
@@ -651,11 +653,11 @@ class RedisStore:
         """Sweep what is due in `projects` and record each one's next due time."""
         if not projects:
             return 0
-        prefixes = {p: project_prefix(self._namespace, p) for p in projects}
+        keys = {p: ProjectKeys.of(self._namespace, p) for p in projects}
         # A plain read first: most projects have nothing due yet, and a read is far cheaper than a script.
         async with self._client.pipeline(transaction=False) as pipe:
-            for prefix in prefixes.values():
-                pipe.zrange(f"{prefix}due", 0, 0, withscores=True)
+            for k in keys.values():
+                pipe.zrange(k.due, 0, 0, withscores=True)
             firsts = await pipe.execute()
         next_due: dict[str, float] = {}
         pending: list[str] = []
@@ -666,12 +668,14 @@ class RedisStore:
                 next_due[project] = first[0][1]
         visited = 0
         while pending:
-            results = await self._sweep_scripts([prefixes[p] for p in pending], now)
-            visited += sum(int(r[0]) for r in results)
+            results = await self._scripts.sweep(
+                [keys[p] for p in pending], now=now, max_queues=SWEEP_QUEUES_PER_CALL
+            )
+            visited += sum(r.visited for r in results)
             for project, r in zip(pending, results, strict=True):
-                if int(r[2]) >= 0:
-                    next_due[project] = int(r[2])
-            pending = [p for p, r in zip(pending, results, strict=True) if int(r[1]) > 0]
+                if r.next_due_ms is not None:
+                    next_due[project] = r.next_due_ms
+            pending = [p for p, r in zip(pending, results, strict=True) if r.still_due > 0]
         try:
             async with unavailable_as_domain_error(), self._client.pipeline(transaction=False) as pipe:
                 if next_due:
@@ -684,23 +688,6 @@ class RedisStore:
             self._unmarked.update(next_due)
         return visited
 
-    async def _sweep_scripts(self, prefixes: list[str], now: int) -> list[Any]:
-        """sweep.lua once per project prefix: pipelined on one server; on a Redis Cluster, which refuses
-        scripts in a pipeline, as concurrent calls (each routed to its project's node), a batch at a time."""
-        script = self._scripts["sweep"]
-        if isinstance(self._client, aioredis.RedisCluster):
-            results: list[Any] = []
-            for i in range(0, len(prefixes), CLUSTER_SWEEP_CONCURRENCY):
-                batch = prefixes[i : i + CLUSTER_SWEEP_CONCURRENCY]
-                results += await asyncio.gather(
-                    *(script(keys=[f"{p}due"], args=[p, now, SWEEP_QUEUES_PER_CALL]) for p in batch)
-                )
-            return results
-        async with self._client.pipeline(transaction=False) as pipe:
-            for prefix in prefixes:
-                await script(keys=[f"{prefix}due"], args=[prefix, now, SWEEP_QUEUES_PER_CALL], client=pipe)
-            return list(await pipe.execute())
-
     # -- service ------------------------------------------------------------------------------------------
 
     async def ping(self) -> None:
@@ -712,6 +699,5 @@ class RedisStore:
             await self._client.set(health_key(self._namespace), self._lease_token, px=10_000)
 
     async def aclose(self) -> None:
-        if self._direct is not None:
-            await self._direct.aclose()
+        await self._runner.aclose()
         await self._client.aclose()

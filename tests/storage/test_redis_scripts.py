@@ -1,26 +1,16 @@
-"""Redis driver internals: every script file is loaded, scripts survive SCRIPT FLUSH, the sweeper's index."""
+"""Redis driver internals: scripts survive SCRIPT FLUSH and closed connections, the sweeper's index, the
+bound on script connections (the layout: test_layout.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from importlib import resources
 
 import redis.asyncio as aioredis
 
 from core.clock import ManualClock
 from storage.redis.keys import full_scan_key, touched_key
-from storage.redis.scripts import SCRIPT_NAMES
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
-
-
-def test_every_lua_file_is_a_loaded_script() -> None:
-    files = {
-        p.name.removesuffix(".lua")
-        for p in (resources.files("storage.redis") / "lua").iterdir()
-        if p.name.endswith(".lua")
-    }
-    assert files == {*SCRIPT_NAMES, "lib"}
 
 
 async def test_scripts_reload_after_script_flush(redis_store: RedisStore, redis_url: str) -> None:
@@ -35,7 +25,7 @@ async def test_scripts_reload_after_script_flush(redis_store: RedisStore, redis_
 async def test_calls_go_on_after_the_server_closes_the_kept_connections(
     redis_store: RedisStore, redis_url: str
 ) -> None:
-    """The driver keeps its script connections (storage.redis.scripts.DirectScripts); when the server drops
+    """The driver keeps its script connections (storage.redis.runner.ScriptRunner); when the server drops
     them (a restart, CLIENT KILL, a timeout), the next call replaces the connection and succeeds, once."""
     await asyncio.gather(*(post(redis_store, Q, n) for n in range(5)))  # several kept connections
     admin = aioredis.Redis.from_url(redis_url)
@@ -72,8 +62,8 @@ async def test_a_burst_of_first_calls_succeeds_and_leaves_few_connections(
     redis_store: RedisStore, redis_url: str
 ) -> None:
     """200 concurrent first calls on a new project all succeed (they once each took a connection of
-    redis-py's pool, 100 at most, to register the project), and afterwards the driver keeps at most
-    DirectScripts.MAX_IDLE (64) script connections open."""
+    redis-py's pool, 100 at most, to register the project), and the driver never opens more than
+    ScriptRunner.MAX_CONNECTIONS (64) script connections."""
     await asyncio.gather(*(post(redis_store, Q, n) for n in range(200)))
     assert (await redis_store.stats(Q)).total == 200
     admin = aioredis.Redis.from_url(redis_url)

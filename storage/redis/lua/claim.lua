@@ -1,24 +1,23 @@
--- claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace, limit])
+-- claim(KEYS=queue keys, claim, claim's messages; ARGV=[queue script args, claim_id, ttl, grace, limit])
 --   -> {due time lowered (0/1), n_dead_lettered, n_discarded, view1, view2, ...}
 --   (no claim is stored when no view is returned; the flag: lib.lua SWEEP)
 -- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
 -- (promise 5). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
 -- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are
 -- claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
-local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local claim_id, ttl, grace, limit = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local K = keys_from(KEYS, ARGV[2])
+local prefix, name, now, K = queue_script()
+local claim_id, ttl, grace, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local ck, cmk = KEYS[9], KEYS[10]
 local pol = policy(K)
 housekeep(prefix, K, name, now, pol)
 local ce = now + ttl * 1000
-local ck = prefix .. 'c:' .. claim_id
 local out = {0, 0, 0}
 local got = 0
 while got < limit do
   local ids = redis.call('ZRANGE', K.ready, 0, limit - got - 1)
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
-    local mk = prefix .. 'm:' .. id
+    local mk = message_key(prefix, id)
     local f = redis.call('HMGET', mk, 'e', 'cc')
     redis.call('ZREM', K.ready, id)
     if not f[1] then
@@ -34,8 +33,8 @@ while got < limit do
       -- Zaqar's grace rule: a claimed message lives at least until the claim ends plus grace
       if tonumber(f[1]) < ce + grace * 1000 then set_expiry(K, mk, id, ce + grace * 1000, now) end
       redis.call('ZADD', K.claimed, ce, id)
-      redis.call('RPUSH', ck .. ':m', id)
-      table.insert(out, view(prefix, name, id, now))
+      redis.call('RPUSH', cmk, id)
+      table.insert(out, view(mk, name, id, now))
       got = got + 1
     end
   end
@@ -44,7 +43,7 @@ if got > 0 then
   redis.call('HSET', ck, 'q', name, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
   local keep = (ttl + grace) * 1000 + 300000
   redis.call('PEXPIRE', ck, keep)
-  redis.call('PEXPIRE', ck .. ':m', keep)
+  redis.call('PEXPIRE', cmk, keep)
   schedule(K, ce)
 end
 out[1] = SWEEP.lowered

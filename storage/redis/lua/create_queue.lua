@@ -1,9 +1,9 @@
--- create_queue(KEYS=queue keys, ARGV=[prefix, name, now, meta_json, dttl, ddelay, maxpost, maxcc, dlq,
---                                    dlqttl, expected_version])
+-- create_queue(KEYS=queue keys, the project's metadata version; ARGV=[queue script args, meta_json, the
+--                                 policy fields (lib.lua POLICY_FIELDS), expected_version])
 --   -> 1 created (metadata written) | 0 existed (metadata left as it is, as Zaqar does). Error CHARON_STALE
 --   (nothing created) when the project's metadata version is no longer expected_version.
-local K = keys_from(KEYS, ARGV[2])
+local _, name, now, K = queue_script()
 if redis.call('EXISTS', K.queue) == 1 then return 0 end
-if not write_metadata(ARGV[1], K, ARGV, 4) then return redis.error_reply(STALE) end
-ensure_queue(K, ARGV[2], tonumber(ARGV[3]))
+if not write_metadata(KEYS[9], K, ARGV, 7) then return redis.error_reply(STALE) end
+ensure_queue(K, name, now)
 return 1

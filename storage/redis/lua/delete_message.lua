@@ -1,11 +1,11 @@
--- delete_message(KEYS=queue keys, ARGV=[prefix, name, now, id, claim_id or ''])
+-- delete_message(KEYS=queue keys, message; ARGV=[queue script args, id, claim_id or ''])
 --   -> 1 deleted | 0 no such live message (deleting is idempotent, as in Zaqar).
 -- A message under an active claim is deleted only with that claim's id (CHARON_CLAIMED without one,
 -- CHARON_CLAIM_MISMATCH with another); a claim id on a message no claim holds is CHARON_CLAIM_MISMATCH,
 -- since its claim expired and the message may already be someone else's.
-local prefix, name, now, id, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local K = keys_from(KEYS, ARGV[2])
-local f = redis.call('HMGET', prefix .. 'm:' .. id, 'q', 'e', 'c', 'ce')
+local prefix, name, now, K = queue_script()
+local id, claim_id = ARGV[7], ARGV[8]
+local f = redis.call('HMGET', KEYS[9], 'q', 'e', 'c', 'ce')
 if f[1] ~= name or tonumber(f[2]) <= now then return 0 end
 local held_by = ''
 if f[3] ~= '' and tonumber(f[4]) > now then held_by = f[3] end

@@ -1,9 +1,8 @@
--- drop_messages(KEYS=queue keys, ARGV=[prefix, name, now, batch, delete_queue])
+-- drop_messages(KEYS=queue keys, ARGV=[queue script args, batch, delete_queue])
 --   -> messages left. Deletes up to `batch` messages per call (bounded work per script; the caller loops).
 --   With delete_queue=1 the queue itself goes with its last message.
-local prefix, name = ARGV[1], ARGV[2]
-local K = keys_from(KEYS, ARGV[2])
-for _, id in ipairs(redis.call('ZRANGE', K.msgs, 0, tonumber(ARGV[4]) - 1)) do
+local prefix, name, now, K = queue_script()
+for _, id in ipairs(redis.call('ZRANGE', K.msgs, 0, tonumber(ARGV[7]) - 1)) do
   remove_message(prefix, K, id)
 end
 local left = redis.call('ZCARD', K.msgs)
@@ -11,7 +10,7 @@ if left == 0 then
   -- ids in the other indexes without a msgs entry cannot exist by the invariant; clear them regardless
   redis.call('DEL', K.ready, K.delayed, K.claimed, K.expiry)
   redis.call('ZREM', K.due, name)
-  if ARGV[5] == '1' then
+  if ARGV[8] == '1' then
     redis.call('DEL', K.queue)
     redis.call('ZREM', K.queues, name)
   end

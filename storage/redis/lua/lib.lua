@@ -1,35 +1,27 @@
 -- lib.lua: prepended to every script by scripts.py. Helpers only, and the SWEEP flag.
 --
--- Key layout (storage/redis/keys.py builds the same names; prefix = "<ns>:{<project>}:"):
---   prefix.."queues"            ZSET  queue names of the project (score 0, listed by lex order)
---   prefix.."due"               ZSET  queue name -> ms, never later than the queue's next claim or message
---                                     expiry; the sweeper (sweep.lua) visits the queues that are due
---   prefix.."q:"..name          HASH  meta (JSON), created, seq, policy fields (POLICY_FIELDS below),
---                                     counters n_dl (dead-lettered out), n_disc, n_rcv (received)
---   prefix.."q:"..name..":msgs"     ZSET id -> marker      every live message of the queue (paging, FIFO)
---   prefix.."q:"..name..":ready"    ZSET id -> marker      claimable now
---   prefix.."q:"..name..":delayed"  ZSET id -> ms          not claimable before the score (delay)
---   prefix.."q:"..name..":claimed"  ZSET id -> ms          claimed until the score
---   prefix.."q:"..name..":expiry"   ZSET id -> ms          the message expires at the score
---   prefix.."q:"..name..":idem:"..key HASH fp ids until     an Idempotency-Key's record (post_messages.lua)
---   prefix.."m:"..id            HASH  q b t cr e k cl c ce cc av [ne] [dsrc drsn dcc dat dfirst drc drr drd]
---                                     (ne = 1: not DLQ-eligible; drc redrive count; drr/drd rejection text)
---   prefix.."c:"..claim_id      HASH  q ttl grace cr e;  prefix.."c:"..claim_id..":m"  LIST of message ids
---   prefix.."t:"..task_id       HASH  a redrive task (redrive_step.lua)
---   prefix.."tasks:"..name      ZSET  task id -> created ms: the redrive tasks of DLQ `name`
+-- The layout (every key and hash field name) is storage/redis/keys.py's: a script gets the keys its caller
+-- knows in KEYS, and derives here only those it finds in data (a DLQ's keys from the queue's policy, a
+-- message's hash from an id in an index), with qkeys() and message_key() below, which
+-- tests/storage/test_layout.py holds to keys.py, as it holds every hash field name in these files.
 -- Every key shares the {project} hash tag, so a queue and its DLQ are in one cluster slot: a key derived
--- here from data (a DLQ name, a message id) stays in the slot of the KEYS the caller passed.
+-- here from data stays in the slot of the KEYS the caller passed.
 -- Invariant: a live message id is in msgs, in expiry, and in exactly one of ready / delayed / claimed.
 
 local HOUSEKEEP_BATCH = 100
 local GC_SLACK_MS = 300000  -- Redis drops a message hash this long after its logical expiry (memory only)
 local TASK_KEEP_MS = 7 * 86400000  -- a finished redrive task's record is kept this long
 
+-- keys.py QueueKeys / ProjectKeys.message
 local function qkeys(prefix, name)
   local base = prefix .. 'q:' .. name
   return {name = name, queue = base, msgs = base .. ':msgs', ready = base .. ':ready',
           delayed = base .. ':delayed', claimed = base .. ':claimed', expiry = base .. ':expiry',
           queues = prefix .. 'queues', due = prefix .. 'due'}
+end
+
+local function message_key(prefix, id)
+  return prefix .. 'm:' .. id
 end
 
 -- Whether this script moved the project's earliest due time earlier. Scripts that can (post, claim,
@@ -73,19 +65,25 @@ end
 
 local function remove_message(prefix, K, id)
   unindex(K, id)
-  redis.call('DEL', prefix .. 'm:' .. id)
+  redis.call('DEL', message_key(prefix, id))
 end
 
--- The operator's dead-letter defaults (core.metadata.DeadLetterDefaults), written here by scripts.py:
--- AUTO_MAXCC for a queue without _max_claim_count, AUTO_PREFIX..name..AUTO_SUFFIX as the DLQ of a queue
--- without _dead_letter_queue; a queue whose name fits that pattern is such a DLQ and gets neither.
-local AUTO_MAXCC, AUTO_PREFIX, AUTO_SUFFIX = nil, nil, nil
---@DEFAULTS@
+-- The operator's dead-letter defaults (core.metadata.DeadLetterDefaults, passed by every script that reads
+-- a policy: see set_defaults): a max claim count for a queue without _max_claim_count, and the DLQ
+-- prefix..name..suffix for a queue without _dead_letter_queue; a queue whose name fits that pattern is
+-- such a DLQ and gets neither. tests/storage/test_layout.py holds policy() to DeadLetterDefaults.apply.
+local DEFAULTS = {}
+
+local function set_defaults(argv, first)
+  local prefix, suffix = argv[first + 1], argv[first + 2]
+  DEFAULTS.maxcc = tonumber(argv[first])
+  if prefix ~= '' or suffix ~= '' then DEFAULTS.prefix, DEFAULTS.suffix = prefix, suffix end
+end
 
 local function is_auto_dlq(name)
-  if AUTO_PREFIX == nil then return false end
-  return #name >= #AUTO_PREFIX + #AUTO_SUFFIX and name:sub(1, #AUTO_PREFIX) == AUTO_PREFIX
-    and (AUTO_SUFFIX == '' or name:sub(-#AUTO_SUFFIX) == AUTO_SUFFIX)
+  local p, s = DEFAULTS.prefix, DEFAULTS.suffix
+  if p == nil then return false end
+  return #name >= #p + #s and name:sub(1, #p) == p and (s == '' or name:sub(-#s) == s)
 end
 
 local function split_numbers(text)
@@ -102,9 +100,10 @@ local function policy(K)
                expttl = tonumber(p[9])}
   if p[8] then pol.rlevels = split_numbers(p[8]) end
   if not is_auto_dlq(K.name) then
-    if pol.maxcc == nil then pol.maxcc = AUTO_MAXCC end
-    if pol.dlq == nil and AUTO_PREFIX ~= nil then
-      pol.dlq = AUTO_PREFIX .. K.name:sub(1, 64 - #AUTO_PREFIX - #AUTO_SUFFIX) .. AUTO_SUFFIX
+    if pol.maxcc == nil then pol.maxcc = DEFAULTS.maxcc end
+    if pol.dlq == nil and DEFAULTS.prefix ~= nil then
+      local p, s = DEFAULTS.prefix, DEFAULTS.suffix
+      pol.dlq = p .. K.name:sub(1, 64 - #p - #s) .. s
     end
   end
   return pol
@@ -130,6 +129,7 @@ local function backoff_ms(pol, id, n)
   return math.floor(wait)
 end
 
+-- core.metadata.QueuePolicy.exhausted
 local function exhausted(pol, cc)
   return pol.maxcc ~= nil and cc >= pol.maxcc
 end
@@ -140,7 +140,7 @@ end
 -- marker in the DLQ. Its ttl there: the DLQ ttl if set (for reason 'expired': pol.expttl), else what was
 -- left of it. `rejection` ({reason, description}, '' = not given) is the consumer's text for 'rejected'.
 local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
-  local mk = prefix .. 'm:' .. id
+  local mk = message_key(prefix, id)
   local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst', 'ne')
   unindex(K, id)
   if not pol.dlq or f[5] == '1' then
@@ -174,7 +174,7 @@ end
 -- wait (`wait_ms`, or the policy's backoff when nil), or dead-lettered at once when it has used up its
 -- claims (eager move, promise 7). Returns 'ready', 'delayed', 'moved' or 'discarded'.
 local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms)
-  local mk = prefix .. 'm:' .. id
+  local mk = message_key(prefix, id)
   redis.call('ZREM', K.claimed, id)
   redis.call('HSET', mk, 'c', '', 'ce', 0)
   local f = redis.call('HMGET', mk, 'cc', 'k')
@@ -193,11 +193,11 @@ local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms)
   return 'ready'
 end
 
--- Take one message out of a claim that holds it, for release_message and dead_letter_message: errors
--- CHARON_NO_MESSAGE (no such live message in the queue) or CHARON_CLAIM_MISMATCH (the claim does not hold
--- it now).
-local function check_held(prefix, name, id, claim_id, now)
-  local f = redis.call('HMGET', prefix .. 'm:' .. id, 'q', 'e', 'c', 'ce')
+-- Whether message `id` (hash `mk`) is held by claim `claim_id`, for release_message and dead_letter_message:
+-- errors CHARON_NO_MESSAGE (no such live message in the queue) or CHARON_CLAIM_MISMATCH (the claim does not
+-- hold it now).
+local function check_held(mk, name, id, claim_id, now)
+  local f = redis.call('HMGET', mk, 'q', 'e', 'c', 'ce')
   if f[1] ~= name or tonumber(f[2]) <= now then
     return redis.error_reply('CHARON_NO_MESSAGE Message ' .. id .. ' does not exist in queue ' .. name .. '.')
   end
@@ -212,7 +212,7 @@ end
 -- delayed messages whose delay ended ready, and end expired claims.
 local function housekeep(prefix, K, name, now, pol)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.expiry, '-inf', now, 'LIMIT', 0, HOUSEKEEP_BATCH)) do
-    if pol.expttl and redis.call('EXISTS', prefix .. 'm:' .. id) == 1 then
+    if pol.expttl and redis.call('EXISTS', message_key(prefix, id)) == 1 then
       dead_letter(prefix, K, name, id, 'expired', now, pol)
     else
       remove_message(prefix, K, id)
@@ -220,21 +220,21 @@ local function housekeep(prefix, K, name, now, pol)
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', K.delayed, '-inf', now, 'LIMIT', 0, HOUSEKEEP_BATCH)) do
     redis.call('ZREM', K.delayed, id)
-    local k = redis.call('HGET', prefix .. 'm:' .. id, 'k')
+    local k = redis.call('HGET', message_key(prefix, id), 'k')
     if k then redis.call('ZADD', K.ready, k, id) else unindex(K, id) end
   end
   local lapsed = redis.call('ZRANGEBYSCORE', K.claimed, '-inf', now, 'WITHSCORES', 'LIMIT', 0, HOUSEKEEP_BATCH)
   for i = 1, #lapsed, 2 do
     local id = lapsed[i]
-    if redis.call('EXISTS', prefix .. 'm:' .. id) == 1 then
+    if redis.call('EXISTS', message_key(prefix, id)) == 1 then
       unclaim(prefix, K, name, id, now, pol, tonumber(lapsed[i + 1]))
     else unindex(K, id) end
   end
 end
 
--- A live message of queue `name` as a flat field/value list with its id first, or nil.
-local function view(prefix, name, id, now)
-  local fields = redis.call('HGETALL', prefix .. 'm:' .. id)
+-- A live message of queue `name` (id `id`, hash `mk`) as a flat field/value list with its id first, or nil.
+local function view(mk, name, id, now)
+  local fields = redis.call('HGETALL', mk)
   if #fields == 0 then return nil end
   local q, e
   for i = 1, #fields, 2 do
@@ -245,22 +245,25 @@ local function view(prefix, name, id, now)
   return fields
 end
 
--- Queue scripts take KEYS = queue, msgs, ready, delayed, claimed, expiry, queues, due (keys.py QueueKeys
--- order) and ARGV = prefix, name, now, ... .
-local function keys_from(ks, name)
-  return {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
-          expiry = ks[6], queues = ks[7], due = ks[8]}
+-- A queue script takes KEYS = queue, msgs, ready, delayed, claimed, expiry, queues, due (keys.py
+-- QueueKeys.all order), then its own, and ARGV = prefix, name, now, the operator's DLQ defaults (three:
+-- set_defaults), then its own (from ARGV[7]). Returns prefix, name, now and the queue's keys.
+local function queue_script()
+  set_defaults(ARGV, 4)
+  local ks, name = KEYS, ARGV[2]
+  return ARGV[1], name, tonumber(ARGV[3]),
+    {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
+     expiry = ks[6], queues = ks[7], due = ks[8]}
 end
 
 local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax',
                        'rjit', 'rlevels', 'expttl', 'maxttl'}
 
 -- Write the metadata JSON and the policy fields parsed from it (ARGV from `first` on, '' = unset), if the
--- project's metadata version is still the argument after them ('' = write regardless); bumps the version.
--- The version is project-wide because a DLQ cycle check reads several queues of the project.
-local function write_metadata(prefix, K, argv, first)
+-- project's metadata version (key `mver`) is still the argument after them ('' = write regardless); bumps
+-- the version. The version is project-wide because a DLQ cycle check reads several queues of the project.
+local function write_metadata(mver, K, argv, first)
   local expected = argv[first + #POLICY_FIELDS + 1]
-  local mver = prefix .. 'mver'
   if expected and expected ~= '' and tonumber(redis.call('GET', mver) or '0') ~= tonumber(expected) then
     return false
   end

@@ -1,14 +1,13 @@
--- list_messages(KEYS=queue keys, ARGV=[prefix, name, now, marker, limit, echo, client_id, include_claimed,
---                                      include_delayed])
+-- list_messages(KEYS=queue keys, ARGV=[queue script args, marker, limit, echo, client_id,
+--                                      include_claimed, include_delayed])
 --   -> {last_marker, more, view1, ...}. Walks messages after `marker` in marker order, skipping the ones the
 --   filters hide, and examines at most SCAN_CAP of them, so one call's work is bounded; `last_marker` is
 --   where the next page starts and `more` is 1 when messages follow it.
 local SCAN_CAP = 1000
-local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local marker, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
-local echo, client_id = ARGV[6] == '1', ARGV[7]
-local include_claimed, include_delayed = ARGV[8] == '1', ARGV[9] == '1'
-local K = keys_from(KEYS, ARGV[2])
+local prefix, name, now, K = queue_script()
+local marker, limit = tonumber(ARGV[7]), tonumber(ARGV[8])
+local echo, client_id = ARGV[9] == '1', ARGV[10]
+local include_claimed, include_delayed = ARGV[11] == '1', ARGV[12] == '1'
 local out = {marker, 0}
 local got, scanned = 0, 0
 while got < limit and scanned < SCAN_CAP do
@@ -19,13 +18,14 @@ while got < limit and scanned < SCAN_CAP do
     local id = batch[i]
     marker = tonumber(batch[i + 1])
     scanned = scanned + 1
-    local f = redis.call('HMGET', prefix .. 'm:' .. id, 'e', 'c', 'ce', 'av', 'cl')
+    local mk = message_key(prefix, id)
+    local f = redis.call('HMGET', mk, 'e', 'c', 'ce', 'av', 'cl')
     local keep = f[1] ~= false and tonumber(f[1]) > now
     if keep and not include_claimed and f[2] ~= '' and tonumber(f[3]) > now then keep = false end
     if keep and not include_delayed and tonumber(f[4]) > now then keep = false end
     if keep and not echo and f[5] == client_id then keep = false end
     if keep then
-      table.insert(out, view(prefix, name, id, now))
+      table.insert(out, view(mk, name, id, now))
       got = got + 1
       if got == limit then break end
     end

@@ -1,23 +1,24 @@
--- post_messages(KEYS=queue keys [+ idempotency record], ARGV=[prefix, name, now, client_id, default_ttl,
---                                     default_delay, body_size, packed [, fingerprint, window_ms]])
+-- post_messages(KEYS=queue keys [, idempotency record], message1, message2, ...; ARGV=[queue script args,
+--               client_id, default_ttl, default_delay, body_size, packed [, fingerprint, window_ms]])
 --   packed: id1 US ttl1 US delay1 US eligible1 US body1 US id2 ... (US = "\31", which JSON text never holds
 --   unescaped): one argument instead of five a message, since each argument costs the client a conversion.
 --   ttl/delay -1 = queue default; eligible 0 = not DLQ-eligible (discarded where it would be dead-lettered)
 --   -> {project's due time lowered (0/1), number posted}, or error CHARON_TOO_LARGE when body_size
 --   exceeds the queue's _max_messages_post_size.
---   With an Idempotency-Key's record key (KEYS[9]): a record there of the same fingerprint means the post
+--   With an Idempotency-Key's record key (KEYS[9]; the fingerprint given): a record there of the same fingerprint means the post
 --   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
 --   another fingerprint is error CHARON_IDEMPOTENCY; else the post is made and the record written with it,
 --   in force until now + window_ms.
 -- Creates the queue lazily; all messages of one post get consecutive markers (FIFO for one client). A ttl
 -- above the queue's _max_message_ttl is cut to it.
-local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local K = keys_from(KEYS, ARGV[2])
-local idem = KEYS[9]
+local prefix, name, now, K = queue_script()
+local fingerprint, window_ms = ARGV[12], tonumber(ARGV[13])
+local idem, first_key = nil, 9
+if fingerprint then idem, first_key = KEYS[9], 10 end
 if idem then
   local rec = redis.call('HMGET', idem, 'fp', 'ids', 'until')
   if rec[1] and tonumber(rec[3]) > now then
-    if rec[1] ~= ARGV[9] then
+    if rec[1] ~= fingerprint then
       return redis.error_reply('CHARON_IDEMPOTENCY This Idempotency-Key was used for a post of other ' ..
         'messages on this queue; use a new key for a new post.')
     end
@@ -26,15 +27,15 @@ if idem then
 end
 local q = redis.call('HMGET', K.queue, 'maxpost', 'dttl', 'ddelay', 'maxttl')
 local maxpost = tonumber(q[1])
-if maxpost and tonumber(ARGV[7]) > maxpost then
-  return redis.error_reply('CHARON_TOO_LARGE The body is ' .. ARGV[7] ..
+if maxpost and tonumber(ARGV[10]) > maxpost then
+  return redis.error_reply('CHARON_TOO_LARGE The body is ' .. ARGV[10] ..
     ' bytes; this queue takes at most ' .. maxpost .. ' bytes a post (_max_messages_post_size).')
 end
 ensure_queue(K, name, now)
-local dttl = tonumber(q[2]) or tonumber(ARGV[5])
-local ddelay = tonumber(q[3]) or tonumber(ARGV[6])
+local dttl = tonumber(q[2]) or tonumber(ARGV[8])
+local ddelay = tonumber(q[3]) or tonumber(ARGV[9])
 local maxttl = tonumber(q[4])
-local packed, pos = ARGV[8], 1
+local packed, pos = ARGV[11], 1
 local function field()
   local stop = string.find(packed, '\31', pos, true) or (#packed + 1)
   local value = string.sub(packed, pos, stop - 1)
@@ -57,10 +58,10 @@ for i, m in ipairs(posted) do
   if maxttl and ttl > maxttl then ttl = maxttl end
   if delay < 0 then delay = ddelay end
   local k = last - n + i
-  local mk = prefix .. 'm:' .. id
+  local mk = KEYS[first_key + i - 1]
   local av = now + delay * 1000
   local e = now + ttl * 1000
-  redis.call('HSET', mk, 'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[4],
+  redis.call('HSET', mk, 'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[7],
              'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e)
   if eligible == '0' then redis.call('HSET', mk, 'ne', 1) end
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
@@ -88,7 +89,7 @@ zadd_all(K.delayed, delayed)
 if idem then
   local ids = {}
   for i, m in ipairs(posted) do ids[i] = m[1] end
-  redis.call('HSET', idem, 'fp', ARGV[9], 'ids', table.concat(ids, ','), 'until', now + tonumber(ARGV[10]))
-  redis.call('PEXPIRE', idem, tonumber(ARGV[10]))  -- memory only: `until` (the clock's) decides
+  redis.call('HSET', idem, 'fp', fingerprint, 'ids', table.concat(ids, ','), 'until', now + window_ms)
+  redis.call('PEXPIRE', idem, window_ms)  -- memory only: `until` (the clock's) decides
 end
 return {SWEEP.lowered, n}

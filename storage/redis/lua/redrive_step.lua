@@ -1,4 +1,4 @@
--- redrive_step(KEYS=queue keys of the DLQ, ARGV=[prefix, name, now, task_id, owner, lease_ms, batch])
+-- redrive_step(KEYS=queue keys of the DLQ, task; ARGV=[queue script args, task_id, owner, lease_ms, batch])
 --   -> {due time lowered (0/1), status, cursor, scanned, moved, skipped, end, created, updated, spec, owner}
 --   (the task as it is after the step), or error CHARON_NO_TASK.
 -- One batch of a redrive task, done only while `owner` holds the task and it is running: looks at the next
@@ -7,10 +7,9 @@
 -- and the task's progress are in this one script, so a task resumed after a crash moves nothing twice and
 -- its counts are exact. A moved message gets a new marker in its destination, no claim, claim count 0, and
 -- its provenance's redrive count goes up by one. Claimed messages, and ones with nowhere to go, are skipped.
-local prefix, name, now, task_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local owner, lease_ms, batch = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local K = keys_from(KEYS, ARGV[2])
-local tk = prefix .. 't:' .. task_id
+local prefix, name, now, K = queue_script()
+local owner, lease_ms, batch = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
+local tk = KEYS[9]
 local t = redis.call('HMGET', tk, 'q', 'status', 'owner', 'cursor', 'end', 'scanned', 'moved', 'skipped',
                      'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec')
 if t[1] ~= name then return redis.error_reply('CHARON_NO_TASK No such redrive task on queue ' .. name .. '.') end
@@ -34,7 +33,7 @@ local function matches(f)
 end
 
 local function redrive(id, to, f)
-  local mk = prefix .. 'm:' .. id
+  local mk = message_key(prefix, id)
   local D = qkeys(prefix, to)
   unindex(K, id)
   ensure_queue(D, to, now)
@@ -51,7 +50,7 @@ for i = 1, #ids, 2 do
   local id = ids[i]
   cursor = tonumber(ids[i + 1])
   scanned = scanned + 1
-  local f = redis.call('HMGET', prefix .. 'm:' .. id, 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc')
+  local f = redis.call('HMGET', message_key(prefix, id), 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc')
   if f[1] and tonumber(f[1]) > now and matches(f) then
     local to = dest ~= '' and dest or f[4]
     if (f[2] ~= '' and tonumber(f[3]) > now) or to == name then

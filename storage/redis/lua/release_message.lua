@@ -3,9 +3,9 @@
 -- Takes one message out of the claim that holds it, as release_claim does for all of them: claimable again
 -- after `delay_ms`, or after the queue's redelivery backoff when it is ''; moved to the DLQ now when it has
 -- used up its claims. Errors CHARON_NO_MESSAGE, CHARON_CLAIM_MISMATCH (lib.lua check_held).
-local prefix, name, now, id, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local K = keys_from(KEYS, ARGV[2])
-local err = check_held(prefix, name, id, claim_id, now)
+local prefix, name, now, K = queue_script()
+local id, claim_id = ARGV[7], ARGV[8]
+local err = check_held(KEYS[9], name, id, claim_id, now)
 if err then return err end
-local r = unclaim(prefix, K, name, id, now, policy(K), now, tonumber(ARGV[6]))
+local r = unclaim(prefix, K, name, id, now, policy(K), now, tonumber(ARGV[9]))
 return {SWEEP.lowered, r}

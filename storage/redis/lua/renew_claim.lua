@@ -2,10 +2,9 @@
 --   -> {due time lowered (0/1), number of messages still held}. The claim now ends at now + ttl and its
 --   age starts again (Zaqar); each message it holds lives at least until then plus grace. Error
 --   CHARON_NO_CLAIM as get_claim.
-local prefix, name, now, claim_id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local ttl, grace = tonumber(ARGV[5]), tonumber(ARGV[6])
-local K = keys_from(KEYS, ARGV[2])
-local ck = prefix .. 'c:' .. claim_id
+local prefix, name, now, K = queue_script()
+local claim_id, ttl, grace = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local ck, cmk = KEYS[9], KEYS[10]
 local c = redis.call('HMGET', ck, 'q', 'e')
 if c[1] ~= name or tonumber(c[2]) <= now then
   return redis.error_reply('CHARON_NO_CLAIM Claim ' .. claim_id .. ' does not exist or has expired.')
@@ -14,11 +13,11 @@ local ce = now + ttl * 1000
 redis.call('HSET', ck, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
 local keep = (ttl + grace) * 1000 + 300000
 redis.call('PEXPIRE', ck, keep)
-redis.call('PEXPIRE', ck .. ':m', keep)
+redis.call('PEXPIRE', cmk, keep)
 schedule(K, ce)
 local held = 0
-for _, id in ipairs(redis.call('LRANGE', ck .. ':m', 0, -1)) do
-  local mk = prefix .. 'm:' .. id
+for _, id in ipairs(redis.call('LRANGE', cmk, 0, -1)) do
+  local mk = message_key(prefix, id)
   local f = redis.call('HMGET', mk, 'c', 'e', 'q')
   if f[1] == claim_id and f[3] == name and tonumber(f[2]) > now then
     redis.call('HSET', mk, 'ce', ce)

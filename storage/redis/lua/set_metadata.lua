@@ -2,7 +2,7 @@
 --                                    dlqttl, expected_version])
 --   -> 1. Creates the queue when absent; replaces its metadata and policy fields in one step. Error
 --   CHARON_STALE (nothing written) when the project's metadata version is no longer expected_version.
-local K = keys_from(KEYS, ARGV[2])
-if not write_metadata(ARGV[1], K, ARGV, 4) then return redis.error_reply(STALE) end
-ensure_queue(K, ARGV[2], tonumber(ARGV[3]))
+local _, name, now, K = queue_script()
+if not write_metadata(KEYS[9], K, ARGV, 7) then return redis.error_reply(STALE) end
+ensure_queue(K, name, now)
 return 1

@@ -1,7 +1,6 @@
 -- stats(KEYS=queue keys, ARGV=[prefix, name, now])
 --   -> {total, claimed, delayed, n_dl, n_disc, n_rcv, oldest_id, oldest_cr, newest_id, newest_cr}
-local prefix, name, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local K = keys_from(KEYS, ARGV[2])
+local prefix, name, now, K = queue_script()
 housekeep(prefix, K, name, now, policy(K))
 local counters = redis.call('HMGET', K.queue, 'n_dl', 'n_disc', 'n_rcv')
 local out = {redis.call('ZCARD', K.msgs), redis.call('ZCARD', K.claimed), redis.call('ZCARD', K.delayed),
@@ -10,7 +9,7 @@ for _, range in ipairs({{0, 0}, {-1, -1}}) do
   local ids = redis.call('ZRANGE', K.msgs, range[1], range[2])
   if #ids == 1 then
     table.insert(out, ids[1])
-    table.insert(out, redis.call('HGET', prefix .. 'm:' .. ids[1], 'cr') or 0)
+    table.insert(out, redis.call('HGET', message_key(prefix, ids[1]), 'cr') or 0)
   else
     table.insert(out, '')
     table.insert(out, 0)

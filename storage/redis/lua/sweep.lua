@@ -1,4 +1,4 @@
--- sweep(KEYS=[prefix.."due"], ARGV=[prefix, now, max_queues])
+-- sweep(KEYS=[the project's due], ARGV=[prefix, now, max_queues, the operator's DLQ defaults (lib.lua set_defaults)])
 --   -> {queues visited, queues still due, the project's next due time or -1 when nothing is scheduled}
 -- The background sweeper's step for one project: every queue whose due time has come is brought up to
 -- now by housekeep() — an expired claim ends there, and a message that used up its claims moves to the
@@ -18,6 +18,7 @@ local function next_due(K)
 end
 
 local prefix, now, max_queues = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+set_defaults(ARGV, 4)
 local due = KEYS[1]
 -- A sweep frees memory, so it must run on a full Redis too (maxmemory, noeviction). Redis refuses a command
 -- that may grow memory only before a script's first write (it never stops a script half-way): a first write

@@ -1,0 +1,265 @@
+"""The one way a Lua script is run (every script of the driver and of the pool catalogue), and Redis errors
+as domain errors.
+
+`ScriptRunner` sends EVALSHA and, on NOSCRIPT (the server restarted or was flushed; the script did not
+run), loads the script and sends it again. On one server it keeps its own connections, made by the
+client's pool (same address, credentials, TLS, decoding), at most MAX_CONNECTIONS at once: redis-py 8's
+command path (pool lock, a liveness probe on every checkout, retry wrapper, metrics hooks) was the largest
+part of a one-message DELETE's time in Charon (bench/README.md). On a Redis Cluster it goes through
+redis-py, whose routing is the point. A failure once a script is sent is never retried (it may have run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from core import errors
+
+Keys = Sequence[str | bytes]
+
+_ERRORS: dict[str, type[errors.CharonError]] = {
+    # Redis refusing writes: maxmemory with noeviction ("OOM"), a failing disk ("MISCONF"). A script is
+    # refused only before its first write (Redis will not stop one half-way), so nothing was changed.
+    "OOM": errors.StorageFull,
+    "MISCONF": errors.StorageFull,
+    # Redis not serving now: starting up, a script running too long, a replica, a cluster without quorum.
+    "LOADING": errors.StorageUnavailable,
+    "BUSY": errors.StorageUnavailable,
+    "READONLY": errors.StorageUnavailable,
+    "MASTERDOWN": errors.StorageUnavailable,
+    "CLUSTERDOWN": errors.StorageUnavailable,
+    "TRYAGAIN": errors.StorageUnavailable,
+    "CHARON_TOO_LARGE": errors.PayloadTooLarge,
+    "CHARON_NO_CLAIM": errors.ClaimNotFound,
+    "CHARON_CLAIMED": errors.ClaimMismatch,
+    "CHARON_CLAIM_MISMATCH": errors.ClaimMismatch,
+    "CHARON_STALE": errors.MetadataChanged,
+    "CHARON_NO_MESSAGE": errors.MessageNotFound,
+    "CHARON_NO_DLQ": errors.Conflict,
+    "CHARON_NO_TASK": errors.NotFound,
+    "CHARON_IDEMPOTENCY": errors.IdempotencyKeyReused,
+}
+
+
+def domain_error(exc: ResponseError) -> errors.CharonError | None:
+    """The domain error a script raised with redis.error_reply('CHARON_<CODE> description'), or the one a
+    Redis error reply about the server's state stands for (OOM, LOADING, ...), if any."""
+    text = str(exc)
+    code, _, description = text.partition(" ")
+    # redis-py takes the code off the replies it knows (OOM, READONLY, ...) and keeps it in status_code
+    known = getattr(exc, "status_code", None)
+    if isinstance(known, str) and known in _ERRORS:
+        code, description = known, text
+    cls = _ERRORS.get(code)
+    if cls is None:
+        return None
+    if code.startswith("CHARON_"):
+        return cls(description)
+    return cls(f"Redis answered {code} {description[:200]}.")
+
+
+def raise_as_domain_error(exc: ResponseError) -> NoReturn:
+    """Raise the domain error a script's error reply stands for, or the reply itself when it is none."""
+    mapped = domain_error(exc)
+    if mapped is None:
+        raise exc
+    raise mapped from None
+
+
+def connection_error(exc: Exception, *, sent: bool) -> errors.StorageUnavailable:
+    """A connection failure or timeout as a domain error: OutcomeUnknown once a write was `sent` (it may
+    have run), StorageUnavailable before (nothing was changed)."""
+    if sent:
+        return errors.OutcomeUnknown(f"Redis stopped answering ({exc}).")
+    return errors.StorageUnavailable(f"Redis is not reachable ({exc}).")
+
+
+def before_sending(exc: Exception) -> bool:
+    """Whether a failure of redis-py's own command path happened before the command went out: connecting
+    (refused, or timed out) is; reading, or writing part of a command, is not known to be."""
+    return "connecting" in str(exc)
+
+
+@asynccontextmanager
+async def unavailable_as_domain_error(*, write: bool = False) -> AsyncIterator[None]:
+    """Redis failures through redis-py's own command path as domain errors: a connection failure or timeout
+    as StorageUnavailable (OutcomeUnknown for a `write` that got past connecting), and the server's refusals
+    (OOM, LOADING, ...) and a script's CHARON_* replies as their domain errors."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        raise connection_error(exc, sent=write and not before_sending(exc)) from None
+    except ResponseError as exc:
+        raise_as_domain_error(exc)
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A script's source and its SHA1 (the name EVALSHA runs it by). `write`: whether it changes what a
+    client asked for; a failure after one was sent is then "the outcome is unknown", not "unavailable"."""
+
+    name: str
+    source: str
+    write: bool
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+
+class ScriptRunner:
+    MAX_CONNECTIONS = 64  # script connections open at once on one server; a call past them waits its turn
+    CLUSTER_CONCURRENCY = 32  # calls of each() in flight at once on a Redis Cluster
+
+    def __init__(self, client: aioredis.Redis | aioredis.RedisCluster, *, timeout: float) -> None:
+        self._client = client
+        self._timeout = timeout
+        self._cluster = isinstance(client, aioredis.RedisCluster)
+        self._idle: list[Any] = []
+        self._slots: asyncio.Semaphore | None = None
+        self._shas: dict[str, str] = {}
+
+    async def __call__(self, script: Script, keys: Keys, args: Sequence[Any]) -> Any:
+        """One EVALSHA; a script's CHARON_* error and Redis' refusals raise their domain errors."""
+        if self._cluster:
+            return await self._via_redis_py(script, keys, args)
+        async with self._connection() as (conn, reused):
+            return await self._evalsha(conn, reused, script, keys, args)
+
+    async def each(self, script: Script, calls: Sequence[tuple[Keys, Sequence[Any]]]) -> list[Any]:
+        """`script` once per (keys, args), pipelined on one connection (on a Redis Cluster, which refuses
+        scripts in a pipeline, as concurrent calls routed each to its node). Replies in order."""
+        if not calls:
+            return []
+        if self._cluster:
+            out: list[Any] = []
+            for i in range(0, len(calls), self.CLUSTER_CONCURRENCY):
+                batch = calls[i : i + self.CLUSTER_CONCURRENCY]
+                out += await asyncio.gather(*(self._via_redis_py(script, k, a) for k, a in batch))
+            return out
+        commands = [("EVALSHA", script.sha, len(k), *k, *a) for k, a in calls]
+        async with self._connection() as (conn, _):
+            replies = await self._pipelined(conn, script, commands)
+            if any(isinstance(r, NoScriptError) for r in replies):  # none of them ran
+                await self._load(conn, script)
+                replies = await self._pipelined(conn, script, commands)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise_as_domain_error(reply)
+        return replies
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()
+
+    # -- one server -----------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[tuple[Any, bool]]:
+        """A connection for one call, bounded by MAX_CONNECTIONS. A kept connection that the server closed
+        meanwhile (a restart) is replaced before anything is sent. A connection failure raises
+        StorageUnavailable, or OutcomeUnknown once a write script was sent (the caller marks that), and
+        the connection is dropped; one that answered (an error reply included) is kept."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.MAX_CONNECTIONS)
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise errors.StorageUnavailable(
+                f"All {self.MAX_CONNECTIONS} Redis connections stayed busy for {self._timeout:g} s."
+            ) from None
+        conn = self._idle.pop() if self._idle else None
+        try:
+            if conn is not None and _closed(conn):
+                await conn.disconnect(nowait=True)
+                conn = None
+            reused = conn is not None
+            conn = conn or self._client.connection_pool.make_connection()  # type: ignore[union-attr]
+            try:
+                yield conn, reused
+            except BaseException as exc:
+                if isinstance(exc, ResponseError | errors.CharonError) and not isinstance(
+                    exc, errors.StorageUnavailable
+                ):
+                    self._keep(conn)  # the server answered: the connection is in a clean state
+                else:  # a failed or cancelled call may leave a reply to come: never reuse it
+                    await conn.disconnect(nowait=True)
+                raise
+            self._keep(conn)
+        finally:
+            self._slots.release()
+
+    def _keep(self, conn: Any) -> None:
+        self._idle.append(conn)
+
+    async def _evalsha(self, conn: Any, reused: bool, script: Script, keys: Keys, args: Sequence[Any]) -> Any:
+        """EVALSHA on `conn`. A kept (`reused`) connection that fails while sending is connected again once
+        (the script cannot have run); once the command is out, a failure is never retried."""
+        sent = False
+        try:
+            try:
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except (RedisConnectionError, RedisTimeoutError):
+                await conn.disconnect(nowait=True)
+                if not reused:
+                    raise
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)  # reconnects
+            sent = script.write
+            try:
+                return await conn.read_response()
+            except NoScriptError:
+                await self._load(conn, script)
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await conn.read_response()
+        except ResponseError as exc:
+            raise_as_domain_error(exc)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise connection_error(exc, sent=sent) from None
+
+    async def _pipelined(self, conn: Any, script: Script, commands: list[tuple[Any, ...]]) -> list[Any]:
+        sent = False
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            sent = script.write
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise connection_error(exc, sent=sent) from None
+
+    @staticmethod
+    async def _load(conn: Any, script: Script) -> None:
+        await conn.send_command("SCRIPT", "LOAD", script.source)
+        await conn.read_response()
+
+    # -- a cluster ------------------------------------------------------------------------------------
+
+    async def _via_redis_py(self, script: Script, keys: Keys, args: Sequence[Any]) -> Any:
+        async with unavailable_as_domain_error(write=script.write):
+            try:
+                return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await self._client.script_load(script.source)
+                return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+def _closed(conn: Any) -> bool:
+    """Whether the server has closed this kept connection (its reader saw the end of the stream)."""
+    reader = getattr(conn, "_reader", None)
+    return reader is None or reader.at_eof()

@@ -1,0 +1,168 @@
+"""storage/redis/keys.py owns the Redis layout: the Lua side is held to it here, run on a real Redis.
+
+lib.lua builds the keys a script finds in data (a DLQ's keys, a message's hash) with qkeys() and
+message_key(); every other key comes from the caller in KEYS. Every hash field a .lua file names must be a
+field of keys.py. lib.lua's policy() applies the operator's dead-letter defaults as core's
+DeadLetterDefaults.apply does, and its exhausted() is core's QueuePolicy.exhausted.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+import redis.asyncio as aioredis
+
+from core.metadata import DeadLetterDefaults, QueuePolicy
+from storage.redis.keys import (
+    POLICY_FIELDS,
+    ClaimField,
+    IdempotencyField,
+    MessageField,
+    ProjectKeys,
+    QueueField,
+    QueueKeys,
+    TaskField,
+)
+from storage.redis.scripts import SCRIPT_NAMES, defaults_args
+
+LUA = resources.files("storage.redis") / "lua"
+LIB = (LUA / "lib.lua").read_text(encoding="utf-8")
+LAYOUT = (QueueField, MessageField, ClaimField, TaskField, IdempotencyField)
+FIELDS = {str(f) for enum in LAYOUT for f in enum}
+HASH_COMMANDS = re.compile(r"redis\.call\('(HSET|HMGET|HGET|HDEL|HINCRBY|HSETNX|HEXISTS)',")
+
+
+def _sources() -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8") for p in LUA.iterdir() if p.name.endswith(".lua")}
+
+
+def _call_args(text: str, start: int) -> list[str]:
+    """The top-level arguments of the call whose '(' precedes `start`."""
+    depth, args, current = 0, [], ""
+    for ch in text[start:]:
+        if ch in "({":
+            depth += 1
+        elif ch in ")}":
+            if depth == 0:
+                args.append(current.strip())
+                return args
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    raise AssertionError(f"unclosed call at {start}")
+
+
+def _fields_named(source: str) -> set[str]:
+    """Every quoted hash field name a script passes to a hash command."""
+    named = set()
+    for m in HASH_COMMANDS.finditer(source):
+        command, args = m.group(1), _call_args(source, m.end())
+        rest = args[1:]  # after the key
+        if command in ("HSET",):
+            rest = rest[0::2]
+        elif command in ("HINCRBY", "HSETNX", "HGET", "HEXISTS"):
+            rest = rest[:1]
+        named.update(a.strip("'") for a in rest if re.fullmatch(r"'[^']*'", a))
+    return named
+
+
+def test_every_lua_file_is_a_script_of_the_driver() -> None:
+    assert set(_sources()) - {"lib.lua", "export_dead_letters.lua"} == {f"{n}.lua" for n in SCRIPT_NAMES}
+
+
+def test_every_hash_field_the_scripts_name_is_a_field_of_the_layout() -> None:
+    named = {name: _fields_named(source) for name, source in _sources().items()}
+    assert named["claim.lua"] >= {"e", "cc", "c", "ce"}  # the parser finds fields at all
+    unknown = {name: fields - FIELDS for name, fields in named.items() if fields - FIELDS}
+    assert unknown == {}
+
+
+def test_only_the_layout_helpers_of_lib_lua_build_key_names() -> None:
+    """A key name is built from the prefix in lib.lua's qkeys() and message_key() only; every other key a
+    script uses comes in KEYS."""
+    builders = re.compile(r"local function (qkeys|message_key)\(.*?\nend\n", re.S)
+    for name, source in _sources().items():
+        rest = builders.sub("", source) if name == "lib.lua" else source
+        assert not re.search(r"prefix \.\. '", rest), name
+
+
+async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
+    prefix, name, message_id = "charon:{p%7B1}:", "orders.DLQ", "0123abcd"
+    script = (
+        LIB
+        + "\nlocal K = qkeys(ARGV[1], ARGV[2])\n"
+        + "return {K.queue, K.msgs, K.ready, K.delayed, K.claimed, K.expiry, K.queues, K.due, "
+        + "message_key(ARGV[1], ARGV[3])}"
+    )
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        built = await client.eval(script, 0, prefix, name, message_id)  # type: ignore[misc]
+    finally:
+        await client.aclose()
+    assert built == [*QueueKeys(prefix, name).all(), ProjectKeys(prefix).message(message_id)]
+
+
+NAMES = ["orders", "orders.DLQ", "dlq-orders", "x" * 64, ".DLQ", "DLQ", "a.DLQ.b"]
+
+
+@pytest.mark.parametrize(
+    "defaults",
+    [
+        DeadLetterDefaults(),
+        DeadLetterDefaults(max_claim_count=5),
+        DeadLetterDefaults(max_claim_count=3, template="{queue}.DLQ"),
+        DeadLetterDefaults(template="dlq-{queue}"),
+        DeadLetterDefaults(template="dlq-{queue}-x"),
+    ],
+)
+async def test_lib_lua_applies_the_dead_letter_defaults_as_core_does(
+    redis_url: str, defaults: DeadLetterDefaults
+) -> None:
+    script = (
+        LIB
+        + "\nset_defaults(ARGV, 1)\nlocal out = {}\n"
+        + "for i = 4, #ARGV do\n"
+        + "  local pol = policy(qkeys('charon:{layout-test}:', ARGV[i]))\n"
+        + "  table.insert(out, {pol.maxcc or -1, pol.dlq or ''})\n"
+        + "end\nreturn out"
+    )
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        applied = await client.eval(script, 0, *defaults_args(defaults), *NAMES)  # type: ignore[misc]
+    finally:
+        await client.aclose()
+    expected = []
+    for name in NAMES:
+        policy = defaults.apply(name, QueuePolicy())
+        expected.append([policy.max_claim_count or -1, policy.dead_letter_queue or ""])
+    assert applied == expected
+
+
+async def test_lib_lua_exhausted_is_core_exhausted(redis_url: str) -> None:
+    cases = [(None, 0), (None, 9), (1, 0), (1, 1), (3, 2), (3, 3), (3, 4)]
+    script = (
+        LIB
+        + "\nlocal out = {}\nfor i = 1, #ARGV, 2 do\n"
+        + "  table.insert(out, exhausted({maxcc = tonumber(ARGV[i])}, tonumber(ARGV[i + 1])) and 1 or 0)\n"
+        + "end\nreturn out"
+    )
+    args = [str(v) for maxcc, cc in cases for v in ("" if maxcc is None else maxcc, cc)]
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        got = await client.eval(script, 0, *args)  # type: ignore[misc]
+    finally:
+        await client.aclose()
+    assert got == [int(QueuePolicy(max_claim_count=maxcc).exhausted(cc)) for maxcc, cc in cases]
+
+
+def test_lib_lua_writes_the_policy_fields_in_keys_py_order() -> None:
+    """scripts.policy_args sends the parsed policy in keys.POLICY_FIELDS order; write_metadata stores them
+    under lib.lua's POLICY_FIELDS, which must be the same names in the same order."""
+    table = re.search(r"local POLICY_FIELDS = \{(.*?)\}", LIB, re.S)
+    assert table is not None
+    assert re.findall(r"'([^']*)'", table.group(1)) == [str(f) for f in POLICY_FIELDS]
