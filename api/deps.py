@@ -19,12 +19,12 @@ from fastapi import Depends, Query, Request
 from pydantic import BaseModel, ValidationError
 
 from api.errors import describe_errors
-from app.redrive import RedriveRunner
 from core.clock import Clock
 from core.errors import InvalidBody, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_client_id, check_project, check_queue_name
 from core.metadata import DeadLetterDefaults
 from core.models import QueueRef
+from service.redrive import RedriveRunner
 from storage.base import Store
 
 M = TypeVar("M", bound=BaseModel)

@@ -18,10 +18,10 @@ from api.head import HeadAsGet
 from api.routes import admin, claims, health, messages, queues, redrive
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
-from app.redrive import RedriveRunner
 from app.settings import Settings
-from app.sweeper import run_sweeper
 from core.clock import Clock, SystemClock
+from service.redrive import RedriveRunner
+from service.sweeper import run_sweeper
 from storage.base import Store
 from storage.pooling.store import PooledStore
 from storage.registry import open_catalogue, open_store

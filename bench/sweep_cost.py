@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from app.sweeper import run_sweeper
+from service.sweeper import run_sweeper
 from core.models import NewMessage, QueueRef
 from storage.redis.store import RedisStore
 from tests.servers import RedisServer

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
-import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from api.deps import (
@@ -28,35 +24,21 @@ from api.params import CheckedRoute, open_query
 from api.render import json_response, stamp
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut, json_body
 from core.errors import (
-    Conflict,
     InvalidBody,
-    InvalidInput,
-    MetadataChanged,
-    PayloadTooLarge,
     UnsupportedMediaType,
 )
-from core.limits import Limits, check_json_depth, check_name, check_page_limit
+from core.limits import check_name, check_page_limit
 from core.metadata import (
-    DEAD_LETTER_QUEUE,
-    FLAVOR,
-    DeadLetterDefaults,
     QueuePolicy,
-    check_dead_letter_chain,
-    parse_policy,
     with_reserved_defaults,
 )
-from core.models import QueueInfo, QueueRef
 from core.queue_filter import QueueFilter
-from storage.base import Store
-from storage.pooling.store import PooledStore
+from service import queues as queue_cases
 
 router = APIRouter(
     route_class=CheckedRoute, tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
 )
 
-T = TypeVar("T")
-METADATA_WRITE_ATTEMPTS = 8
-KEPT_CHANGING = "Queue metadata in this project kept changing while this write was being checked; retry it."
 
 RESERVED_KEYS = (
     "Free-form metadata; keys starting with `_` are reserved and validated (400 naming the bound): "
@@ -85,53 +67,7 @@ PATCH_BODY = {
 }
 
 
-async def _checked(
-    q: QueueRef, metadata: Any, limits: Limits, store: Store, defaults: DeadLetterDefaults
-) -> QueuePolicy:
-    if not isinstance(metadata, dict):
-        raise InvalidBody("Queue metadata must be a JSON object.")
-    check_json_depth(metadata, limits, "Queue metadata")
-    size = len(orjson.dumps(metadata))
-    if size > limits.max_queue_metadata:
-        raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
-    policy = parse_policy(metadata, limits, queue=q.name)
-    if metadata.get(FLAVOR) is not None and not isinstance(store, PooledStore):
-        raise InvalidInput(
-            f"{FLAVOR} chooses the pool a queue is placed in, and this service runs without pools "
-            "(CHARON_POOLING=false): it would have no effect. Leave it out."
-        )
-    if policy.dead_letter_queue is not None:
-
-        async def dead_letter_queue_of(name: str) -> str | None:
-            value = (await store.get_metadata(QueueRef(q.project, name))).get(DEAD_LETTER_QUEUE)
-            return value if isinstance(value, str) else defaults.dead_letter_queue_for(name)
-
-        await check_dead_letter_chain(q.name, policy.dead_letter_queue, dead_letter_queue_of)
-    return policy
-
-
-async def _write_checked(
-    q: QueueRef,
-    store: Store,
-    limits: Limits,
-    defaults: DeadLetterDefaults,
-    metadata_now: Callable[[], Awaitable[Any]],
-    write: Callable[[dict[str, Any], QueuePolicy, int], Awaitable[T]],
-) -> tuple[dict[str, Any], T]:
-    """Compute the metadata to write, check it (DLQ chain included) and write it, unless another metadata
-    write landed in the project in between: then all again. No lost update, and the DLQ cycle check always
-    sees what the write lands on. Returns the metadata written and what `write` returned."""
-    for _ in range(METADATA_WRITE_ATTEMPTS):
-        version = await store.metadata_version(q)
-        metadata = await metadata_now()
-        policy = await _checked(q, metadata, limits, store, defaults)
-        with contextlib.suppress(MetadataChanged):
-            return metadata, await write(metadata, policy, version)
-    raise MetadataChanged(KEPT_CHANGING)
-
-
 LIST_QUERY = ("marker", "limit", "detailed", "name", "with_count")
-SCAN_PAGE = 100  # queues read at a time when a filter picks among them
 
 
 @router.get(
@@ -164,7 +100,7 @@ async def list_queues(
         check_name(marker, "marker (the name of the last queue of the previous page)")
     pairs = [(k, v) for k, v in request.query_params.multi_items() if k not in LIST_QUERY]
     chosen = QueueFilter.of(name, pairs)
-    items, next_marker = await _queue_page(store, project, chosen, marker, size, detailed)
+    items, next_marker = await queue_cases.page(store, project, chosen, marker, size, detailed)
     queues = []
     for info in items:
         item: dict[str, Any] = {"name": info.name, "href": f"/v2/queues/{info.name}"}
@@ -179,44 +115,8 @@ async def list_queues(
         links.append({"rel": "next", "href": f"/v2/queues?{urlencode(query + pairs)}"})
     body: dict[str, Any] = {"queues": queues, "links": links}
     if with_count:
-        body["count"] = await _count(store, project, chosen)
+        body["count"] = await queue_cases.count(store, project, chosen)
     return json_response(body)
-
-
-async def _queue_page(
-    store: Store, project: str, chosen: QueueFilter, marker: str | None, size: int, detailed: bool
-) -> tuple[list[QueueInfo], str | None]:
-    """One page of the listing and the marker of the next (None at the end)."""
-    if not chosen.active:
-        page = await store.list_queues(project, marker=marker, limit=size, detailed=detailed)
-        full = page.next_marker is not None and len(page.items) == size
-        return page.items, page.next_marker if full else None
-    found: list[QueueInfo] = []
-    async for info in _scan(store, project, chosen, marker):
-        found.append(info)
-        if len(found) == size:
-            return found, info.name
-    return found, None
-
-
-async def _scan(
-    store: Store, project: str, chosen: QueueFilter, marker: str | None
-) -> AsyncIterator[QueueInfo]:
-    """The project's queues after `marker` that `chosen` matches, in name order, read SCAN_PAGE at a time."""
-    while True:
-        page = await store.list_queues(
-            project, marker=marker, limit=SCAN_PAGE, detailed=bool(chosen.metadata)
-        )
-        for info in page.items:
-            if chosen.matches(info.name, info.metadata):
-                yield info
-        if len(page.items) < SCAN_PAGE or page.next_marker is None:
-            return
-        marker = page.next_marker
-
-
-async def _count(store: Store, project: str, chosen: QueueFilter) -> int:
-    return sum([1 async for _ in _scan(store, project, chosen, None)])
 
 
 @router.put(
@@ -235,40 +135,13 @@ async def create_queue(
     q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: DefaultsDep, request: Request
 ) -> Response:
     body = await read_object(request, max_size=limits.max_queue_metadata, what="Queue metadata")
-
-    async def given() -> Any:
-        return body
-
-    async def create(meta: dict[str, Any], policy: QueuePolicy, version: int) -> bool:
-        return await store.create_queue(q, metadata=meta, policy=policy, expected_version=version)
-
-    _, created = await _write_checked(q, store, limits, defaults, given, create)
+    created = await queue_cases.create(store, q, body, limits=limits, defaults=defaults)
     return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
 
 
 @router.get("/v2/queues/{queue_name}", summary="Queue metadata, reserved keys filled with their defaults")
 async def get_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, defaults: DefaultsDep) -> dict[str, Any]:
     return with_reserved_defaults(await store.get_metadata(q), limits, defaults.apply(q.name, QueuePolicy()))
-
-
-def _apply_patch(metadata: dict[str, Any], ops: list[PatchOp]) -> dict[str, Any]:
-    patched = dict(metadata)
-    for op in ops:
-        pointer = op.path.removeprefix("/metadata/")
-        if pointer == op.path or not pointer or "/" in pointer or re.search("~(?![01])", pointer):
-            raise InvalidBody(
-                "A patch path names one key of the metadata as a JSON Pointer, /metadata/<key>, with / in "
-                f"the key written ~1 and ~ written ~0 (RFC 6901); got {op.path[:300]!r}."
-            )
-        key = pointer.replace("~1", "/").replace("~0", "~")
-        reserved = key.startswith("_")
-        if op.op in ("replace", "remove") and key not in patched and not reserved:
-            raise Conflict(f"Cannot {op.op} metadata key {key!r}: the queue has no such key.")
-        if op.op == "remove":
-            patched.pop(key, None)
-        else:
-            patched[key] = op.value
-    return patched
 
 
 @router.patch(
@@ -287,14 +160,8 @@ async def patch_queue(
     if not isinstance(raw, list) or not raw:
         raise InvalidBody("A patch is a non-empty JSON array of operations: add, replace or remove.")
     ops = [validate_body(PatchOp, item, f"Operation {i}") for i, item in enumerate(raw)]
-
-    async def patched() -> Any:
-        return _apply_patch(await store.get_metadata(q), ops)
-
-    async def replace(meta: dict[str, Any], policy: QueuePolicy, version: int) -> None:
-        await store.set_metadata(q, metadata=meta, policy=policy, expected_version=version)
-
-    metadata, _ = await _write_checked(q, store, limits, defaults, patched, replace)
+    changes = [(op.op, op.path, op.value) for op in ops]
+    metadata = await queue_cases.patch(store, q, changes, limits=limits, defaults=defaults)
     return with_reserved_defaults(metadata, limits, defaults.apply(q.name, QueuePolicy()))
 
 

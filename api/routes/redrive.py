@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-from collections import Counter
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -24,17 +22,12 @@ from api.render import EPOCH, iso, json_response, messages
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
 from core.errors import InvalidInput, NotFound
 from core.limits import check_page_limit, check_time_ms, is_valid_id
-from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
-from storage.base import Store
+from core.models import QueueRef, RedriveSpec, RedriveTask, TaskId
+from service import redrive
 
 router = APIRouter(
     route_class=CheckedRoute, tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
 )
-
-INLINE_LIMIT = 100  # a redrive of at most this many messages, unthrottled, is done before the answer
-PREVIEW_PAGE = 500
-PREVIEW_SCAN_CAP = 100_000  # messages a dry run looks at, at most
-SAMPLE = 10
 
 
 def _ms(value: datetime | None, what: str) -> int | None:
@@ -93,52 +86,17 @@ def task_out(t: RedriveTask) -> dict[str, Any]:
     }
 
 
-async def _preview(
-    store: Store, q: QueueRef, spec: RedriveSpec, now: int, provenance: bool
-) -> dict[str, Any]:
-    """What a redrive would move now: the DLQ read page by page (nothing changes), counted and sampled."""
-    scanned = matched = claimed = 0
-    by_source: Counter[str] = Counter()
-    by_reason: Counter[str] = Counter()
-    sample: list[Message] = []
-    marker: int | None = None
-    complete = False
-    while scanned < PREVIEW_SCAN_CAP:
-        page = await store.list_messages(
-            q,
-            marker=marker,
-            limit=PREVIEW_PAGE,
-            echo=True,
-            client_id="",
-            include_claimed=True,
-            include_delayed=True,
-        )
-        scanned += len(page.items)
-        for m in page.items:
-            if not spec.matches(m) or m.dead_letter is None:
-                continue
-            matched += 1
-            by_source[m.dead_letter.source_queue] += 1
-            by_reason[m.dead_letter.reason] += 1
-            if m.is_claimed(now):
-                claimed += 1
-            elif len(sample) < SAMPLE:
-                sample.append(m)
-        if page.next_marker is None:
-            complete = True
-            break
-        marker = int(page.next_marker)
-    movable = matched - claimed
+def _preview_out(p: redrive.Preview, now: int, provenance: bool) -> dict[str, Any]:
     return {
         "dry_run": True,
-        "scanned": scanned,
-        "matched": matched,
-        "would_move": movable if spec.limit is None else min(movable, spec.limit),
-        "claimed": claimed,
-        "by_source_queue": dict(by_source),
-        "by_reason": dict(by_reason),
-        "sample": messages(sample, now, provenance=provenance),
-        "complete": complete,
+        "scanned": p.scanned,
+        "matched": p.matched,
+        "would_move": p.would_move,
+        "claimed": p.claimed,
+        "by_source_queue": p.by_source_queue,
+        "by_reason": p.by_reason,
+        "sample": messages(p.sample, now, provenance=provenance),
+        "complete": p.complete,
     }
 
 
@@ -184,13 +142,11 @@ async def start_redrive(
     body = validate_body(RedriveIn, raw)
     spec = _spec(q, body)
     if body.dry_run:
-        return json_response(await _preview(store, q, spec, clock.now_ms(), provenance))
-    task_id = TaskId(uuid.uuid4().hex)
-    task = await store.create_redrive(q, task_id, spec, owner=runner.owner, lease_ms=runner.lease_ms)
-    if spec.limit is not None and spec.limit <= INLINE_LIMIT and spec.max_per_second is None:
-        done = await runner.run(q, task_id, raise_errors=True)
-        return json_response(task_out(done or await store.get_redrive(q, task_id)))
-    runner.start(q, task_id)
+        now = clock.now_ms()
+        return json_response(_preview_out(await redrive.preview(store, q, spec, now=now), now, provenance))
+    task, done = await redrive.start(store, runner, q, spec)
+    if done:
+        return json_response(task_out(task))
     return json_response(task_out(task), status_code=202, headers={"Location": task_out(task)["href"]})
 
 

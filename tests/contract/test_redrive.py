@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from app.redrive import RedriveRunner
+from service.redrive import RedriveRunner
 from core.clock import ManualClock
 from core.metadata import DeadLetterDefaults
 from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask, Rejection, TaskId

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from app.redrive import RedriveRunner
-from app.sweeper import run_sweeper
+from service.redrive import RedriveRunner
+from service.sweeper import run_sweeper
 from core.clock import ManualClock
 from core.models import RedriveSpec, TaskId
 from storage.base import Store

@@ -1,4 +1,4 @@
-"""app.outage.Outage: one log line when a background loop starts failing, one when it recovers, and a
+"""service.outage.Outage: one log line when a background loop starts failing, one when it recovers, and a
 wait that doubles while it fails (the sweeper must not log a traceback every 0.5 s while a store is down)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from app.outage import Outage
+from service.outage import Outage
 from core.errors import StorageUnavailable
 
 

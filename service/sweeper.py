@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.outage import Outage, stop_if_cancelled
+from service.outage import Outage, stop_if_cancelled
 from storage.base import Store
 
 log = logging.getLogger("charon.sweeper")
@@ -13,7 +13,7 @@ log = logging.getLogger("charon.sweeper")
 
 async def run_sweeper(store: Store, interval: float) -> None:
     """Call store.sweep() every `interval` seconds until cancelled. While the store fails, the sweeper logs
-    one line when it starts failing and one when it recovers (app.outage.Outage), and waits longer between
+    one line when it starts failing and one when it recovers (service.outage.Outage), and waits longer between
     attempts (doubling, up to 30 s); a bug is logged the same way, with its traceback once.
 
     The lease lasts a little less than the interval, so across all processes the store is swept about once an

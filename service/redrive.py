@@ -1,4 +1,5 @@
-"""Runs redrive tasks: the process that starts one runs it; any process takes over one whose runner died."""
+"""Redrive: a dry run's preview, starting a task, and the runner that steps tasks (the process that starts one
+runs it; any process takes over one whose runner died)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from app.outage import Outage, stop_if_cancelled
 from core.errors import CharonError
-from core.models import QueueRef, RedriveTask, TaskId
+from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
+from service.outage import Outage, stop_if_cancelled
 from storage.base import Store
 
 log = logging.getLogger("charon.redrive")
@@ -20,6 +23,26 @@ BATCH = 100  # messages one step looks at
 LEASE_MS = 15_000  # default: a runner that has not stepped a task this long loses it to whoever takes it
 POLL_S = 2.0  # how often a process looks for tasks nobody holds
 TAKE_AT_ONCE = 4  # tasks one look takes
+
+
+INLINE_LIMIT = 100  # a redrive of at most this many messages, unthrottled, is done before the answer
+PREVIEW_PAGE = 500
+PREVIEW_SCAN_CAP = 100_000  # messages a dry run looks at, at most
+SAMPLE = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What a redrive would move now (a dry run)."""
+
+    scanned: int
+    matched: int
+    would_move: int
+    claimed: int  # matched, but held by a claim: skipped by a redrive
+    by_source_queue: dict[str, int]
+    by_reason: dict[str, int]
+    sample: list[Message]
+    complete: bool  # the whole DLQ was read (else PREVIEW_SCAN_CAP stopped the count)
 
 
 class RedriveRunner:
@@ -113,3 +136,64 @@ class RedriveRunner:
                 await task
             with contextlib.suppress(CharonError):
                 await self._store().release_redrive(queues[task_id], task_id, owner=self.owner)
+
+
+async def preview(store: Store, q: QueueRef, spec: RedriveSpec, *, now: int) -> Preview:
+    """What a redrive would move now: the DLQ read page by page (nothing changes), counted and sampled."""
+    scanned = matched = claimed = 0
+    by_source: Counter[str] = Counter()
+    by_reason: Counter[str] = Counter()
+    sample: list[Message] = []
+    marker: int | None = None
+    complete = False
+    while scanned < PREVIEW_SCAN_CAP:
+        page = await store.list_messages(
+            q,
+            marker=marker,
+            limit=PREVIEW_PAGE,
+            echo=True,
+            client_id="",
+            include_claimed=True,
+            include_delayed=True,
+        )
+        scanned += len(page.items)
+        for m in page.items:
+            if not spec.matches(m) or m.dead_letter is None:
+                continue
+            matched += 1
+            by_source[m.dead_letter.source_queue] += 1
+            by_reason[m.dead_letter.reason] += 1
+            if m.is_claimed(now):
+                claimed += 1
+            elif len(sample) < SAMPLE:
+                sample.append(m)
+        if page.next_marker is None:
+            complete = True
+            break
+        marker = int(page.next_marker)
+    movable = matched - claimed
+    return Preview(
+        scanned=scanned,
+        matched=matched,
+        would_move=movable if spec.limit is None else min(movable, spec.limit),
+        claimed=claimed,
+        by_source_queue=dict(by_source),
+        by_reason=dict(by_reason),
+        sample=sample,
+        complete=complete,
+    )
+
+
+async def start(
+    store: Store, runner: RedriveRunner, q: QueueRef, spec: RedriveSpec
+) -> tuple[RedriveTask, bool]:
+    """Record a redrive task of DLQ `q` and run it: a small unthrottled one (limit <= INLINE_LIMIT, no
+    max_per_second) now, before this returns (True: done), any other in the background on this process's
+    runner (False: running; another process adopts it if this one dies)."""
+    task_id = TaskId(uuid.uuid4().hex)
+    task = await store.create_redrive(q, task_id, spec, owner=runner.owner, lease_ms=runner.lease_ms)
+    if spec.limit is not None and spec.limit <= INLINE_LIMIT and spec.max_per_second is None:
+        done = await runner.run(q, task_id, raise_errors=True)
+        return done or await store.get_redrive(q, task_id), True
+    runner.start(q, task_id)
+    return task, False
