@@ -1,4 +1,5 @@
-"""Opens a Store from a storage URI, by scheme, importing only the driver that is used."""
+"""Opens a Store, a pool catalogue or a dead-letter export from a storage URI, by scheme, importing only the
+driver that is used."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from core.metadata import DeadLetterDefaults
 from storage.base import DEFAULT_TIMEOUT_S, Store
 
 if TYPE_CHECKING:
+    from storage.export import DeadLetterExport
     from storage.pooling.catalogue import Catalogue
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
@@ -56,3 +58,22 @@ def open_catalogue(uri: str, *, namespace: str = "charon", timeout: float = DEFA
 
         return MongoCatalogue.from_url(uri, namespace=namespace, timeout=timeout)
     raise InvalidInput(unsupported_scheme(scheme))
+
+
+def open_export(uri: str, *, namespace: str = "charon", pooled: bool = False) -> DeadLetterExport:
+    """The dead-letter export (storage/export.py) of the store at `uri`; with `pooled`, of every pool of the
+    catalogue at `uri` (a pooled deployment's management store). Opening connects to nothing yet."""
+    scheme = urlsplit(uri).scheme
+    if scheme not in REDIS_SCHEMES + MONGODB_SCHEMES:
+        raise InvalidInput(unsupported_scheme(scheme))
+    if pooled:
+        from storage.pooling.export import PooledExport
+
+        return PooledExport(uri, namespace=namespace)
+    if scheme in REDIS_SCHEMES:
+        from storage.redis.export import RedisExport
+
+        return RedisExport(uri, namespace=namespace)
+    from storage.mongodb.export import MongoExport
+
+    return MongoExport(uri, namespace=namespace)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import orjson
@@ -52,6 +53,57 @@ CLAIM_INDEX = "claim"  # (c) sparse: the messages a claim holds
 LAPSED_INDEX = "lapsed"  # (ce) sparse: claims that have ended, for the sweeper
 EXPIRY_INDEX = "expiry"  # (e): expired messages, for the sweeper
 QUEUE_INDEX = "queue"  # (p, n) unique on queues
+
+
+# Field names for code that reads documents outside the store (storage/mongodb/export.py); the module's
+# docstring says what each holds.
+class Collection(StrEnum):
+    MESSAGES = "messages"
+    QUEUES = "queues"
+    COUNTERS = "counters"
+    PROJECTS = "projects"
+
+    def of(self, namespace: str) -> str:
+        """The collection's name in `namespace`."""
+        return f"{namespace}.{self.value}"
+
+
+class MessageField(StrEnum):
+    ID = "_id"
+    PROJECT = "p"
+    QUEUE = "q"
+    MARKER = "k"
+    BODY = "b"
+    CREATED = "cr"
+    EXPIRES = "e"
+    CLAIM_COUNT = "cc"
+    DEAD_LETTER = "dl"
+
+
+class DeadLetterField(StrEnum):
+    """The provenance sub-document `dl` of a message."""
+
+    SOURCE = "src"
+    REASON = "rsn"
+    CLAIM_COUNT = "cc"
+    AT = "at"
+    FIRST = "first"
+    REDRIVES = "rc"
+    REJECT_REASON = "rr"
+    REJECT_DESCRIPTION = "rd"
+
+
+class QueueField(StrEnum):
+    PROJECT = "p"
+    NAME = "n"
+    POLICY = "pol"  # read with policy_of()
+
+
+class CounterField(StrEnum):
+    ID = "_id"  # {PROJECT, QUEUE}
+    PROJECT = "p"
+    QUEUE = "q"
+    RECEIVED = "n_rcv"  # dead letters received
 
 
 @dataclass(frozen=True, slots=True)
