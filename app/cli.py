@@ -161,16 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
     sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
-    from pipeline import export, job
+    from app import insights
 
-    p = sub.add_parser(
-        "insights", help="why messages died: a PySpark job over dead letters (pipeline/job.py)"
-    )
-    job.add_arguments(p)
-    p.set_defaults(func=job.run_cli)
+    p = sub.add_parser("insights", help="why messages died: a PySpark job over dead letters (pipeline/)")
+    insights.add_insights_arguments(p)
+    p.set_defaults(func=insights.run_insights)
     p = sub.add_parser("export", help="a DLQ's messages as JSON Lines, with their provenance")
-    export.add_arguments(p)
-    p.set_defaults(func=export.run)
+    insights.add_export_arguments(p)
+    p.set_defaults(func=insights.run_export)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -1,14 +1,21 @@
-"""DLQ insights: a PySpark job that reads dead-lettered messages and finds why they died.
+"""DLQ insights: a library of PySpark steps that read dead-lettered messages and find why they died. The
+commands over it (`charon insights`, `charon export`) are app/insights.py.
 
 records.py      the one record layout every input becomes (Arrow schema + Spark DDL), and its JSON Lines form
-sources.py      plain readers of a store's dead letters, in marker ranges (Redis and MongoDB, sync clients)
-datasource.py   the Spark Python data source `charon` over those readers (one partition per range)
+datasource.py   the Spark Python data source `charon` over a store's dead-letter export (storage/export.py;
+                one partition per marker range of a DLQ)
 jsonl.py        the same records from a `charon export` file, parsed in Spark SQL
+load.py         what the job reads: a store (DeadLetterStore, its DLQs probed first) or export files
+spark.py        the SparkSession: Java checked, the data source registered, the code shipped to executors
 analysis.py     the aggregates, as DataFrame -> DataFrame functions in Spark SQL (no Python UDFs)
+aggregate.py    every aggregate over the records, collected as Arrow tables (Insights)
 purepython.py   the same aggregates in one Python process: the benchmark's baseline and the tests' oracle
 report.py       the HTML report (inline SVG charts) from the collected aggregates
-job.py          run the whole job (`charon insights`, or `spark-submit pipeline/job.py` on a cluster)
-export.py       `charon export`: a DLQ as JSON Lines
+output.py       the tables and report written to the output directory, and the printed summary
+progress.py     the job's progress on stderr
+export.py       a store's DLQs as JSON Lines (`charon export`)
+errors.py       why the job cannot run (InsightsError, NothingToAnalyse)
+job.py          the spark-submit launcher of `charon insights` (a script; nothing imports it)
 """
 
 DEFAULT_MAX_BODY_BYTES = 65_536  # a longer body is counted as "huge", not parsed

@@ -1,7 +1,8 @@
 """The record every input becomes: one dead-lettered message, flat, with its provenance.
 
-A reader fills the columns from raw store values in bulk (Arrow casts, no per-row Python), and the analysis
-only ever sees this layout, whether the messages came from Redis, MongoDB or a `charon export` file. A column
+batch() turns a store's export Page (storage/export.py: raw values, column by column) into Arrow in bulk
+(Arrow casts, no per-row Python), and the analysis only ever sees this layout, whether the messages came from
+Redis, MongoDB, a pooled deployment or a `charon export` file. A column
 of provenance is null when the message has none (it was posted to the DLQ directly, say): analysis counts such
 messages in their own bucket. `body` is the message body as JSON text, or null when it is longer than the
 reader's limit (`body_bytes` still says how long it was).
@@ -9,7 +10,7 @@ reader's limit (`body_bytes` still says how long it was).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import DEFAULT_MAX_BODY_BYTES
+from storage.export import Page
 
 __all__ = ["DDL", "DEFAULT_MAX_BODY_BYTES", "SCHEMA", "batch", "export_lines"]
 
@@ -58,11 +60,15 @@ DDL = ", ".join(
 )  # the same layout as Spark sees it
 
 
-def batch(columns: Mapping[str, Sequence[Any]], *, max_body_bytes: int | None) -> pa.RecordBatch:
-    """A RecordBatch from raw column values: bytes or str (text and numbers as Redis returns them), ints or
-    None. Numbers are parsed by Arrow's cast; a body over `max_body_bytes` becomes null."""
+def batch(page: Page, *, max_body_bytes: int | None) -> pa.RecordBatch:
+    """A RecordBatch from an export page: its values are bytes or str (text and numbers as Redis returns
+    them), ints or None. Numbers are parsed by Arrow's cast; a body over `max_body_bytes` becomes null."""
+    columns = page.columns
     arrays = []
     for f in SCHEMA:
+        if f.name in ("project", "queue"):
+            arrays.append(pa.array([getattr(page, f.name)] * len(page), pa.string()))
+            continue
         if f.name == "body_bytes":
             arrays.append(pc.binary_length(_binary(columns["body"])).cast(pa.int64()))
             continue

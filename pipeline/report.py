@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.analysis import TTD_BUCKETS, TTD_LAST
 
 if TYPE_CHECKING:
-    from pipeline.job import Insights
+    from pipeline.aggregate import Insights
 
 PALETTE = ("#3b6fb6", "#e0823d", "#4f9d69", "#c8534f", "#8a6bb8", "#9c7a4b", "#d17bb3", "#6f7f8f")
 GROUP_CARDS = 8

@@ -1,6 +1,7 @@
 """One local[2] SparkSession for every pipeline test, and per driver one store full of real dead letters made
 through the HTTP API (scenario.py), with the same records read back through the driver's own listing: the
-input of the plain-Python oracle, independent of the pipeline's readers."""
+input of the plain-Python oracle, independent of the pipeline's readers. `pooled_dead_letters` makes them in
+a pooled deployment: two Redis pools behind a catalogue, one project in each."""
 
 from __future__ import annotations
 
@@ -18,30 +19,36 @@ from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from core.models import Message, QueueRef
-from pipeline import job
+from pipeline.load import DeadLetterStore
+from pipeline.spark import session
 from storage.base import Store
 from storage.mongodb.store import MongoStore
+from storage.pooling.catalogue import Pool
+from storage.pooling.redis_catalogue import RedisCatalogue
+from storage.pooling.store import PooledStore, home_pool
 from storage.registry import open_store
+from tests.conftest import close_pooled
 from tests.contract.helpers import all_messages
 from tests.pipeline import scenario
+from tests.servers import RedisServer
 
 PROJECTS = {"shop": (5, 8), "tenant-b": (2, 4)}  # project -> (rounds, messages per queue and round)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = job.session("local[2]")
-    session.conf.set("spark.sql.shuffle.partitions", "4")
-    yield session
-    session.stop()
+    spark = session("local[2]")
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
+    yield spark
+    spark.stop()
 
 
 @dataclass
 class DeadLetters:
-    uri: str
-    namespace: str
+    store: DeadLetterStore  # where the pipeline reads them
     shops: dict[str, scenario.Shop]
     records: list[dict[str, Any]]  # every DLQ message of every project, as the driver lists them
+    pools: dict[str, str] | None = None  # pooled: the pool of each project
 
     def of(self, project: str | None = None, queues: set[str] | None = None) -> list[dict[str, Any]]:
         return [
@@ -61,7 +68,52 @@ async def dead_letters(request: pytest.FixtureRequest) -> AsyncIterator[DeadLett
     # load, no `expired` dead letter at all).
     clock = ManualClock()
     store = open_store(uri, namespace=namespace, clock=clock)
-    app = create_app(Settings(storage_uri=uri, namespace=namespace), store=store, clock=clock)
+    settings = Settings(storage_uri=uri, namespace=namespace)
+    shops, records = await fill(store, settings, clock)
+    yield DeadLetters(DeadLetterStore(uri, namespace), shops, records)
+    if isinstance(store, MongoStore):
+        await store.drop_collections()
+    await store.aclose()
+
+
+@pytest.fixture(scope="module")
+async def pooled_dead_letters(redis_url: str) -> AsyncIterator[DeadLetters]:
+    """Pool red<i> (the catalogue's Redis, keys under its own `namespace` option) and pool blue<i> (a second
+    redis-server, the service's namespace), each holding the queues of one of the two projects."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    second = RedisServer().start()
+    pools = split_pools(
+        {"red": (redis_url, {"namespace": f"{namespace}-red"}), "blue": (second.url, {})}, list(PROJECTS)
+    )
+    catalogue = RedisCatalogue.from_url(redis_url, namespace=namespace)
+    for pool in pools:
+        await catalogue.put_pool(pool)
+    clock = ManualClock()
+    store = PooledStore(catalogue, namespace=namespace, clock=clock)
+    settings = Settings(storage_uri=redis_url, namespace=namespace, pooling=True)
+    try:
+        shops, records = await fill(store, settings, clock)
+        where = {p: home_pool(p, pools).name for p in PROJECTS}
+        yield DeadLetters(DeadLetterStore(redis_url, namespace, pooled=True), shops, records, where)
+    finally:
+        await close_pooled(store)
+        second.stop()
+
+
+def split_pools(pools: dict[str, tuple[str, dict[str, Any]]], projects: list[str]) -> list[Pool]:
+    """The pools, named so that the two projects are placed in different ones."""
+    for i in range(1000):
+        named = [Pool(f"{name}{i}", uri, weight=10, options=opts) for name, (uri, opts) in pools.items()]
+        if len({home_pool(p, named).name for p in projects}) == len(projects):
+            return named
+    raise AssertionError("no pool names split the projects")
+
+
+async def fill(
+    store: Store, settings: Settings, clock: ManualClock
+) -> tuple[dict[str, scenario.Shop], list[dict[str, Any]]]:
+    """The scenario of every project through the HTTP API over `store`; what it did, and the DLQs' records."""
+    app = create_app(settings, store=store, clock=clock)
     shops = {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://charon") as http:
         for i, (project, (rounds, per_round)) in enumerate(PROJECTS.items()):
@@ -72,10 +124,7 @@ async def dead_letters(request: pytest.FixtureRequest) -> AsyncIterator[DeadLett
     for project, shop in shops.items():
         for dlq in shop.dlqs:
             records += [record(project, m) for m in await listed(store, QueueRef(project, dlq))]
-    yield DeadLetters(uri, namespace, shops, records)
-    if isinstance(store, MongoStore):
-        await store.drop_collections()
-    await store.aclose()
+    return shops, records
 
 
 async def listed(store: Store, q: QueueRef) -> list[Message]:

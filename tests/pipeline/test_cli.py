@@ -16,9 +16,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from app.cli import main
-from pipeline import analysis, job, purepython
+from pipeline import analysis, purepython
+from pipeline.errors import InsightsError
+from pipeline.spark import check_java
 from tests.pipeline.conftest import DeadLetters
-from tests.pipeline.test_insights import args
+from tests.pipeline.test_insights import from_files
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +86,8 @@ def test_no_store_given(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
 
 def test_missing_java_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
-    with pytest.raises(job.InsightsError, match=r"needs Java 17 or newer .*openjdk-17-jre-headless"):
-        job.check_java()
+    with pytest.raises(InsightsError, match=r"needs Java 17 or newer .*openjdk-17-jre-headless"):
+        check_java()
 
 
 def test_missing_input_file(spark: SparkSession, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -126,7 +128,7 @@ def test_bad_lines_in_an_export_are_counted(spark: SparkSession, tmp_path: Path)
     ]
     path = tmp_path / "dlq.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    insights = job.analyse(spark, job.load(spark, uri=None, namespace="", args=args(input=[str(path)])))
+    insights = from_files(spark, path)
     buckets = {q["bucket"]: q["messages"] for q in insights.rows("quality") if q["queue"] == "q.dlq"}
     assert buckets == {"ok": 1, "no_provenance": 1, "huge": 1, "not_object": 1}
     junk = [q for q in insights.rows("quality") if q["queue"] == ""]
@@ -182,8 +184,8 @@ def test_charon_insights_command(dead_letters: DeadLetters, tmp_path: Path) -> N
     """The command a user types, in its own process and JVM: summary on stdout, progress on stderr."""
     out = tmp_path / "insights"
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "insights", "--storage-uri", dead_letters.uri,
-         "--namespace", dead_letters.namespace, "--master", "local[2]", "--out", str(out),
+        [sys.executable, "-m", "app.cli", "insights", "--storage-uri", dead_letters.store.uri,
+         "--namespace", dead_letters.store.namespace, "--master", "local[2]", "--out", str(out),
          "--max-body-bytes", "4096"],
         capture_output=True, text=True, timeout=240, cwd=ROOT, check=False,
     )  # fmt: skip
@@ -204,8 +206,9 @@ def test_spark_submit_runs_the_same_job(dead_letters: DeadLetters, tmp_path: Pat
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
-         "--conf", "spark.ui.enabled=false", "pipeline/job.py", "--storage-uri", dead_letters.uri,
-         "--namespace", dead_letters.namespace, "--out", str(out), "--max-body-bytes", "4096", "--quiet"],
+         "--conf", "spark.ui.enabled=false", "pipeline/job.py", "--storage-uri", dead_letters.store.uri,
+         "--namespace", dead_letters.store.namespace, "--out", str(out), "--max-body-bytes", "4096",
+         "--quiet"],
         capture_output=True, text=True, timeout=240, cwd=ROOT, env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

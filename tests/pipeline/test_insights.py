@@ -10,41 +10,40 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from pipeline import job, purepython
-from pipeline.export import add_arguments as export_arguments
-from pipeline.export import run as export_run
+from app import insights as cli
+from pipeline import aggregate, load, output, purepython
+from pipeline.aggregate import TABLES, Insights
 from tests.pipeline.conftest import DeadLetters
 from tests.pipeline.scenario import TEST_MAX_BODY_BYTES
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def args(**kw: Any) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    job.add_arguments(parser)
-    ns = parser.parse_args([])
-    ns.max_body_bytes = TEST_MAX_BODY_BYTES
-    ns.partitions = 6
-    for k, v in kw.items():
-        setattr(ns, k, v)
-    return ns
+def records(spark: SparkSession, data: DeadLetters, **kw: Any) -> DataFrame:
+    return load.from_store(spark, data.store, partitions=6, max_body_bytes=TEST_MAX_BODY_BYTES, **kw)
 
 
-def from_store(spark: SparkSession, data: DeadLetters, **kw: Any) -> job.Insights:
-    return job.analyse(spark, job.load(spark, uri=data.uri, namespace=data.namespace, args=args(**kw)))
+def from_store(spark: SparkSession, data: DeadLetters, **kw: Any) -> Insights:
+    return aggregate.analyse(spark, records(spark, data, **kw))
 
 
-def tables(insights: job.Insights) -> dict[str, list[dict[str, Any]]]:
-    return {name: insights.rows(name) for name in job.TABLES}
+def from_files(spark: SparkSession, *paths: Path) -> Insights:
+    return aggregate.analyse(
+        spark, load.from_files(spark, [str(p) for p in paths], max_body_bytes=TEST_MAX_BODY_BYTES)
+    )
+
+
+def tables(insights: Insights) -> dict[str, list[dict[str, Any]]]:
+    return {name: insights.rows(name) for name in TABLES}
 
 
 def test_every_aggregate_equals_plain_python(spark: SparkSession, dead_letters: DeadLetters) -> None:
     insights = from_store(spark, dead_letters)
     expected = purepython.analyse(dead_letters.records)
     got = tables(insights)
-    for name in job.TABLES:
+    for name in TABLES:
         assert got[name] == expected[name], name
     assert insights.total == len(dead_letters.records)
     # the scenario exercised what the report is for
@@ -64,7 +63,7 @@ def test_every_aggregate_equals_plain_python(spark: SparkSession, dead_letters: 
 
 
 def test_reads_each_message_once_in_parallel(spark: SparkSession, dead_letters: DeadLetters) -> None:
-    df = job.load(spark, uri=dead_letters.uri, namespace=dead_letters.namespace, args=args())
+    df = records(spark, dead_letters)
     assert df.rdd.getNumPartitions() >= 4
     ids = [r.id for r in df.select("id").collect()]
     assert len(ids) == len(set(ids))
@@ -84,14 +83,14 @@ def test_export_then_insights_from_the_file(
 ) -> None:
     exported = tmp_path / "shop.jsonl"
     parser = argparse.ArgumentParser()
-    export_arguments(parser)
+    cli.add_export_arguments(parser)
     dlqs = dead_letters.shops["shop"].dlqs
     ns = parser.parse_args(
         [
             "--storage-uri",
-            dead_letters.uri,
+            dead_letters.store.uri,
             "--namespace",
-            dead_letters.namespace,
+            dead_letters.store.namespace,
             "--project",
             "shop",
             "--out",
@@ -99,17 +98,16 @@ def test_export_then_insights_from_the_file(
         ]
         + [a for q in dlqs for a in ("--queue", q)]
     )
-    assert export_run(ns) == 0
+    assert cli.run_export(ns) == 0
     lines = exported.read_text().splitlines()
     assert len(lines) == len(dead_letters.of("shop"))
-    insights = job.analyse(spark, job.load(spark, uri=None, namespace="", args=args(input=[str(exported)])))
-    assert tables(insights) == purepython.analyse(dead_letters.of("shop"))
+    assert tables(from_files(spark, exported)) == purepython.analyse(dead_letters.of("shop"))
 
 
 def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLetters, tmp_path: Path) -> None:
     insights = from_store(spark, dead_letters, project="shop")
-    job.write(insights, tmp_path, top=10)
-    for name in job.TABLES:
+    output.write(insights, tmp_path, top=10)
+    for name in TABLES:
         assert pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist() == insights.rows(name)
     html = (tmp_path / "report.html").read_text()
     top = insights.rows("signatures")[0]

@@ -1,0 +1,197 @@
+"""`charon insights` and `charon export`: the commands over the DLQ insights library (pipeline/).
+
+  charon insights --storage-uri redis://127.0.0.1:6379/0 --out ./insights          (local[*])
+  spark-submit --master spark://host:7077 pipeline/job.py --storage-uri ... --out /shared/insights
+
+Both run main(). The store is the service's: its Settings (CHARON_STORAGE_URI, CHARON_NAMESPACE, and with
+CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --storage-uri and --namespace taking the
+place of the first two. The checks that fail fast (the store, Java) run before Spark starts. Only
+--keep-messages writes from the executors, so its --out must be a path every node sees (or hdfs://, s3a://...).
+Exit codes: 0 done, 1 cannot run (the message says why), 3 nothing to analyse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+from pydantic import ValidationError
+
+from app.settings import Settings
+from core.errors import CharonError
+from pipeline import DEFAULT_MAX_BODY_BYTES, load
+from pipeline.errors import InsightsError, NothingToAnalyse
+
+EXIT_FAILED, EXIT_EMPTY = 1, 3
+
+
+def _say(command: str, text: str) -> None:
+    sys.stderr.write(f"charon {command}: {text}\n")
+    sys.stderr.flush()
+
+
+def _exit_code(e: InsightsError) -> int:
+    return EXIT_EMPTY if isinstance(e, NothingToAnalyse) else EXIT_FAILED
+
+
+def store_of(args: argparse.Namespace) -> load.DeadLetterStore | None:
+    """The store the service would open, with --storage-uri and --namespace in place of their settings;
+    None when none is configured (the service would start an embedded one)."""
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        raise InsightsError(f"the CHARON_ settings are not valid: {e}") from None
+    given = {"storage_uri": args.storage_uri, "namespace": args.namespace}
+    settings = settings.model_copy(update={k: v for k, v in given.items() if v})
+    uri = settings.store_uri()
+    return None if uri is None else load.DeadLetterStore(uri, settings.namespace, pooled=settings.pooling)
+
+
+STORAGE_URI_HELP = "the store (default: CHARON_STORAGE_URI; with CHARON_POOLING, every pool)"
+NAMESPACE_HELP = "key/collection prefix (default: CHARON_NAMESPACE or charon)"
+
+
+# -- charon insights ---------------------------------------------------------------------------------------
+
+
+def add_insights_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--storage-uri", help=STORAGE_URI_HELP)
+    src.add_argument("--input", nargs="+", metavar="JSONL", help="read `charon export` files instead")
+    p.add_argument("--namespace", help=NAMESPACE_HELP)
+    p.add_argument("--project", help="one project only (default: all)")
+    p.add_argument(
+        "--queue",
+        action="append",
+        dest="queues",
+        metavar="DLQ",
+        help="a DLQ to read (repeatable; default: every DLQ)",
+    )
+    p.add_argument("--out", default="insights", help="output directory (default: ./insights)")
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--partitions", type=int, help="read partitions (default: 4 per core Spark has)")
+    p.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="longer bodies are counted as huge"
+    )
+    p.add_argument("--top", type=int, default=15, help="signatures and repeat offenders in the report")
+    p.add_argument("--keep-messages", action="store_true", help="also write every analysed message (Parquet)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run_insights(args: argparse.Namespace) -> int:
+    """The command: the store probed, Spark started, the job run, the tables and report written, then a
+    summary on stdout. Progress goes to stderr, what the JVM prints to <out>/spark.log."""
+    from pipeline import aggregate, output, spark
+    from pipeline.progress import Progress
+
+    out = Path(args.out)
+
+    def say(text: str) -> None:
+        if not args.quiet:
+            _say("insights", text)
+
+    try:
+        store = None
+        if not args.input:
+            store = store_of(args)
+            if store is None:
+                raise InsightsError(
+                    "say where the dead letters are: --storage-uri URI (or CHARON_STORAGE_URI), "
+                    "or --input FILE.jsonl"
+                )
+            extents = load.dead_letter_queues(store, args.project, args.queues)
+            say(
+                f"{sum(e.count for e in extents):,} messages in {len(extents)} DLQ(s): "
+                + ", ".join(f"{e.project}/{e.queue}" for e in extents[:5])
+                + (" ..." if len(extents) > 5 else "")
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with spark.jvm_output(out / "spark.log"):
+            session = spark.session(args.master)
+        session_s = time.monotonic() - started
+        context = session.sparkContext
+        cores = context.defaultParallelism
+        say(f"Spark {session.version} on {context.master} ({cores} cores); its log: {out}/spark.log")
+        if store is None:
+            records = load.from_files(session, args.input, max_body_bytes=args.max_body_bytes)
+        else:
+            records = load.from_store(
+                session,
+                store,
+                project=args.project,
+                queues=args.queues,
+                partitions=args.partitions,
+                max_body_bytes=args.max_body_bytes,
+            )
+        with Progress(session, label="charon insights", quiet=args.quiet) as progress:
+            insights = aggregate.analyse(
+                session,
+                records,
+                step=progress.step,
+                keep=str(out / "messages") if args.keep_messages else None,
+            )
+        insights.timings["session_s"] = round(session_s, 3)
+        output.write(insights, out, top=args.top)
+    except InsightsError as e:
+        _say("insights", str(e))
+        return _exit_code(e)
+    except Exception as e:  # a Spark failure: one line, the rest is in spark.log
+        _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {out / 'spark.log'})")
+        return EXIT_FAILED
+    sys.stdout.write(output.summary(insights, out, top=5) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`charon insights` on its own, as spark-submit runs it (pipeline/job.py)."""
+    parser = argparse.ArgumentParser(
+        prog="charon insights", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_insights_arguments(parser)
+    return run_insights(parser.parse_args(argv))
+
+
+# -- charon export -----------------------------------------------------------------------------------------
+
+
+def add_export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-uri", help=STORAGE_URI_HELP)
+    p.add_argument("--namespace", help=NAMESPACE_HELP)
+    p.add_argument("--project", help="one project only (default: every project with such a queue)")
+    p.add_argument(
+        "--queue", action="append", dest="queues", metavar="DLQ", required=True, help="the DLQ (repeatable)"
+    )
+    p.add_argument("--out", default="-", help="output file (default: standard output)")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """`charon export`: the DLQs' messages as JSON Lines on --out, a count on stderr."""
+    from pipeline.export import write_lines
+
+    try:
+        store = store_of(args)
+        if store is None:
+            raise InsightsError("say which store: --storage-uri URI (or CHARON_STORAGE_URI)")
+        extents = load.dead_letter_queues(store, args.project, args.queues)
+        out: BinaryIO = sys.stdout.buffer if args.out == "-" else Path(args.out).open("wb")  # noqa: SIM115
+        try:
+            written = write_lines(store.open(), extents, out)
+        finally:
+            if out is not sys.stdout.buffer:
+                out.close()
+    except InsightsError as e:
+        _say("export", str(e))
+        return _exit_code(e)
+    except CharonError as e:  # the store stopped answering during the read
+        _say("export", str(e))
+        return EXIT_FAILED
+    _say("export", f"{written:,} messages from {len(extents)} queue(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

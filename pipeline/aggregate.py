@@ -1,0 +1,80 @@
+"""Every aggregate of analysis.py over a records DataFrame, collected (they are small) as Arrow tables."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import NothingToAnalyse
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+TABLES = ("by_source", "rate", "claim_counts", "time_to_death", "signatures", "repeat_offenders", "quality")
+
+
+@dataclass
+class Insights:
+    tables: dict[str, pa.Table]
+    rate_width_s: int
+    total: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.tables[name].to_pylist()
+        return rows
+
+
+def analyse(
+    spark: SparkSession,
+    records: DataFrame,
+    *,
+    step: Callable[[str], None] = lambda _: None,
+    keep: str | None = None,
+) -> Insights:
+    """The tables of TABLES, each sorted as analysis.ORDER says. `step` is told each step's name as it
+    starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from pipeline import analysis
+
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    step("reading and parsing")
+    enriched = analysis.enrich(records).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        span = enriched.agg(F.count("*"), F.min("at_ms"), F.max("at_ms")).first()
+        assert span is not None
+        total, first_ms, last_ms = span
+        timings["read_s"] = time.monotonic() - started
+        if total == 0:
+            raise NothingToAnalyse("the input holds no messages; nothing to analyse.")
+        width = analysis.rate_width_s(first_ms or 0, last_ms or 0)
+        frames = {
+            "by_source": analysis.by_source(enriched),
+            "rate": analysis.rate(enriched, width),
+            "claim_counts": analysis.claim_counts(enriched),
+            "time_to_death": analysis.time_to_death(enriched),
+            "signatures": analysis.signatures(enriched),
+            "repeat_offenders": analysis.repeat_offenders(enriched),
+            "quality": analysis.quality(enriched),
+        }
+        tables = {}
+        for name, frame in frames.items():
+            step(name.replace("_", " "))
+            order = [(column, how, "at_start") for column, how in analysis.ORDER[name]]
+            tables[name] = frame.toArrow().sort_by(order)
+        timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
+        if keep:
+            step("writing the messages")
+            enriched.write.mode("overwrite").parquet(keep)
+    finally:
+        enriched.unpersist()
+    step("")
+    return Insights(
+        tables=tables, rate_width_s=width, total=total, timings={k: round(v, 3) for k, v in timings.items()}
+    )

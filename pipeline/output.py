@@ -1,0 +1,58 @@
+"""What the job leaves: the tables (Parquet) and the report (HTML) in its output directory, and the summary
+the command prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.aggregate import Insights
+from pipeline.report import duration
+
+
+def write(insights: Insights, out: Path, *, top: int) -> None:
+    """out/tables/<name>.parquet for every table, and out/report.html (`top` signatures and offenders)."""
+    import pyarrow.parquet as pq
+
+    from pipeline import report
+
+    tables = out / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    for name, table in insights.tables.items():
+        pq.write_table(table, tables / f"{name}.parquet")
+    (out / "report.html").write_text(report.html(insights, top=top), encoding="utf-8")
+
+
+def summary(insights: Insights, out: Path, *, top: int) -> str:
+    lines = [
+        f"{insights.total:,} messages analysed; report: {out / 'report.html'}, tables: {out / 'tables'}/",
+        "",
+    ]
+    head = ("project/source queue", "reason", "messages", "claims p50", "to death p50")
+    lines.append("  {:<36} {:<11} {:>9} {:>10} {:>12}".format(*head))
+    for r in insights.rows("by_source")[:10]:
+        lines.append(
+            f"  {r['project'] + '/' + r['source_queue']:<36.36} {r['reason']:<11} {r['messages']:>9,} "
+            f"{r['claim_count_p50']:>10g} {duration(r['ttd_p50_s']):>12}"
+        )
+    sigs = insights.rows("signatures")
+    if sigs:
+        lines += ["", f"  top failure signatures ({len(sigs):,} in all):"]
+        for s in sigs[:top]:
+            lines.append(
+                f"  {s['messages']:>9,}  {(s['error'] or '(no error text)')[:60]:<60}  {s['shape'][:50]}"
+            )
+    offenders = insights.rows("repeat_offenders")
+    if offenders:
+        worst = offenders[0]
+        lines += [
+            "",
+            f"  repeat offenders: {len(offenders):,} bodies dead-lettered more than once "
+            f"(worst: {worst['messages']}x, {worst['preview'][:50]})",
+        ]
+    bad: dict[str, int] = {}
+    for q in insights.rows("quality"):
+        if q["bucket"] != "ok":
+            bad[q["bucket"]] = bad.get(q["bucket"], 0) + q["messages"]
+    if bad:
+        lines += ["", "  not analysed by body: " + ", ".join(f"{k} {v:,}" for k, v in sorted(bad.items()))]
+    return "\n".join(lines)
