@@ -215,7 +215,7 @@ class ProjectKeys:
         return f"{self.prefix}q:{name}"
 
     def messages(self, name: str) -> str:
-        return f"{self.prefix}q:{name}:msgs"
+        return f"{self.queue(name)}:msgs"
 
     def message(self, message_id: str) -> str:
         return f"{self.prefix}m:{message_id}"
@@ -255,29 +255,17 @@ class QueueKeys:
 
     @property
     def queue(self) -> str:
-        return f"{self.prefix}q:{self.name}"
-
-    @property
-    def queues(self) -> str:
-        return f"{self.prefix}queues"
+        return self.project.queue(self.name)
 
     def idempotency(self, key: str) -> str:
         """HASH IdempotencyField: an Idempotency-Key's record (post_messages.lua)."""
         return f"{self.queue}:idem:{key}"
 
     def all(self) -> list[str]:
-        """The KEYS every queue script takes first, in lib.lua's keys_from() order."""
-        base = self.queue
-        return [
-            base,
-            f"{base}:msgs",
-            f"{base}:ready",
-            f"{base}:delayed",
-            f"{base}:claimed",
-            f"{base}:expiry",
-            self.queues,
-            f"{self.prefix}due",
-        ]
+        """The KEYS every queue script takes first, in lib.lua's queue_script() order."""
+        base, project = self.queue, self.project
+        indexes = [f"{base}:{index}" for index in ("msgs", "ready", "delayed", "claimed", "expiry")]
+        return [base, *indexes, project.queues, project.due]
 
 
 F = MessageField
