@@ -268,23 +268,51 @@ class QueueKeys:
         return [base, *indexes, project.queues, project.due]
 
 
-F = MessageField
+# Plain str names for the reads of every message (a StrEnum key is a slower dict lookup than a str).
+_Q, _B, _T, _CR, _E, _CL, _C, _CE, _CC, _NE = (
+    f.value
+    for f in (
+        MessageField.QUEUE,
+        MessageField.BODY,
+        MessageField.TTL,
+        MessageField.CREATED,
+        MessageField.EXPIRES,
+        MessageField.CLIENT,
+        MessageField.CLAIM,
+        MessageField.CLAIM_EXPIRES,
+        MessageField.CLAIM_COUNT,
+        MessageField.NOT_ELIGIBLE,
+    )
+)
+_DSRC, _DRSN, _DCC, _DAT, _DFIRST, _DRC, _DRR, _DRD = (
+    f.value
+    for f in (
+        MessageField.DL_SOURCE,
+        MessageField.DL_REASON,
+        MessageField.DL_CLAIM_COUNT,
+        MessageField.DL_AT,
+        MessageField.DL_FIRST,
+        MessageField.REDRIVES,
+        MessageField.REJECT_REASON,
+        MessageField.REJECT_DESCRIPTION,
+    )
+)
 
 
 def dead_letter_of(f: Mapping[str, Any]) -> DeadLetter | None:
     """The provenance in a message hash (str fields and values), None when it was never dead-lettered."""
-    if F.DL_SOURCE not in f:
+    if _DSRC not in f:
         return None
     rejection = None
-    if F.REJECT_REASON in f or F.REJECT_DESCRIPTION in f:
-        rejection = Rejection(reason=f.get(F.REJECT_REASON), description=f.get(F.REJECT_DESCRIPTION))
+    if _DRR in f or _DRD in f:
+        rejection = Rejection(reason=f.get(_DRR), description=f.get(_DRD))
     return DeadLetter(
-        source_queue=f[F.DL_SOURCE],
-        reason=f[F.DL_REASON],
-        claim_count=int(f[F.DL_CLAIM_COUNT]),
-        dead_lettered_at_ms=int(f[F.DL_AT]),
-        first_enqueued_at_ms=int(f[F.DL_FIRST]),
-        redrive_count=int(f.get(F.REDRIVES, 0)),
+        source_queue=f[_DSRC],
+        reason=f[_DRSN],
+        claim_count=int(f[_DCC]),
+        dead_lettered_at_ms=int(f[_DAT]),
+        first_enqueued_at_ms=int(f[_DFIRST]),
+        redrive_count=int(f.get(_DRC, 0)),
         rejection=rejection,
     )
 
@@ -293,15 +321,15 @@ def message_of(message_id: str, f: Mapping[str, Any]) -> Message:
     """A message from its hash (str fields and values)."""
     return Message(
         id=MessageId(message_id),
-        queue=f[F.QUEUE],
-        body=orjson.loads(f[F.BODY]),
-        ttl=int(f[F.TTL]),
-        created_ms=int(f[F.CREATED]),
-        expires_ms=int(f[F.EXPIRES]),
-        claim_count=int(f[F.CLAIM_COUNT]),
-        claim_id=ClaimId(f[F.CLAIM]) if f[F.CLAIM] else None,
-        claim_expires_ms=int(f[F.CLAIM_EXPIRES]),
-        client_id=f[F.CLIENT],
+        queue=f[_Q],
+        body=orjson.loads(f[_B]),
+        ttl=int(f[_T]),
+        created_ms=int(f[_CR]),
+        expires_ms=int(f[_E]),
+        claim_count=int(f[_CC]),
+        claim_id=ClaimId(f[_C]) if f[_C] else None,
+        claim_expires_ms=int(f[_CE]),
+        client_id=f[_CL],
         dead_letter=dead_letter_of(f),
-        dead_letter_eligible=f.get(F.NOT_ELIGIBLE) != "1",
+        dead_letter_eligible=f.get(_NE) != "1",
     )

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import redis.asyncio as aioredis
@@ -103,18 +103,15 @@ async def unavailable_as_domain_error(*, write: bool = False) -> AsyncIterator[N
         raise_as_domain_error(exc)
 
 
-@dataclass(frozen=True, slots=True)
 class Script:
     """A script's source and its SHA1 (the name EVALSHA runs it by). `write`: whether it changes what a
     client asked for; a failure after one was sent is then "the outcome is unknown", not "unavailable"."""
 
-    name: str
-    source: str
-    write: bool
+    __slots__ = ("name", "sha", "source", "write")
 
-    @property
-    def sha(self) -> str:
-        return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+    def __init__(self, name: str, source: str, *, write: bool) -> None:
+        self.name, self.source, self.write = name, source, write
+        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
 
 
 class ScriptRunner:
@@ -126,15 +123,25 @@ class ScriptRunner:
         self._timeout = timeout
         self._cluster = isinstance(client, aioredis.RedisCluster)
         self._idle: list[Any] = []
-        self._slots: asyncio.Semaphore | None = None
-        self._shas: dict[str, str] = {}
+        self._in_use = 0  # connections taken by calls now (at most MAX_CONNECTIONS)
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     async def __call__(self, script: Script, keys: Keys, args: Sequence[Any]) -> Any:
         """One EVALSHA; a script's CHARON_* error and Redis' refusals raise their domain errors."""
         if self._cluster:
             return await self._via_redis_py(script, keys, args)
-        async with self._connection() as (conn, reused):
-            return await self._evalsha(conn, reused, script, keys, args)
+        await self._take_slot()
+        try:
+            conn, reused = await self._checkout()
+            try:
+                result = await self._evalsha(conn, reused, script, keys, args)
+            except BaseException as exc:
+                await self._checkin(conn, exc)
+                raise
+            self._idle.append(conn)
+            return result
+        finally:
+            self._give_slot()
 
     async def each(self, script: Script, calls: Sequence[tuple[Keys, Sequence[Any]]]) -> list[Any]:
         """`script` once per (keys, args), pipelined on one connection (on a Redis Cluster, which refuses
@@ -148,11 +155,20 @@ class ScriptRunner:
                 out += await asyncio.gather(*(self._via_redis_py(script, k, a) for k, a in batch))
             return out
         commands = [("EVALSHA", script.sha, len(k), *k, *a) for k, a in calls]
-        async with self._connection() as (conn, _):
-            replies = await self._pipelined(conn, script, commands)
-            if any(isinstance(r, NoScriptError) for r in replies):  # none of them ran
-                await self._load(conn, script)
+        await self._take_slot()
+        try:
+            conn, _ = await self._checkout()
+            try:
                 replies = await self._pipelined(conn, script, commands)
+                if any(isinstance(r, NoScriptError) for r in replies):  # none of them ran
+                    await self._load(conn, script)
+                    replies = await self._pipelined(conn, script, commands)
+            except BaseException as exc:
+                await self._checkin(conn, exc)
+                raise
+            self._idle.append(conn)
+        finally:
+            self._give_slot()
         for reply in replies:
             if isinstance(reply, ResponseError):
                 raise_as_domain_error(reply)
@@ -165,44 +181,56 @@ class ScriptRunner:
 
     # -- one server -----------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[tuple[Any, bool]]:
-        """A connection for one call, bounded by MAX_CONNECTIONS. A kept connection that the server closed
-        meanwhile (a restart) is replaced before anything is sent. A connection failure raises
-        StorageUnavailable, or OutcomeUnknown once a write script was sent (the caller marks that), and
-        the connection is dropped; one that answered (an error reply included) is kept."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.MAX_CONNECTIONS)
-        try:
-            async with asyncio.timeout(self._timeout):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise errors.StorageUnavailable(
-                f"All {self.MAX_CONNECTIONS} Redis connections stayed busy for {self._timeout:g} s."
-            ) from None
-        conn = self._idle.pop() if self._idle else None
-        try:
-            if conn is not None and _closed(conn):
-                await conn.disconnect(nowait=True)
-                conn = None
-            reused = conn is not None
-            conn = conn or self._client.connection_pool.make_connection()  # type: ignore[union-attr]
+    async def _take_slot(self) -> None:
+        """One of MAX_CONNECTIONS slots; a call past them waits its turn, at most the storage timeout."""
+        if self._in_use >= self.MAX_CONNECTIONS:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
             try:
-                yield conn, reused
-            except BaseException as exc:
-                if isinstance(exc, ResponseError | errors.CharonError) and not isinstance(
-                    exc, errors.StorageUnavailable
-                ):
-                    self._keep(conn)  # the server answered: the connection is in a clean state
-                else:  # a failed or cancelled call may leave a reply to come: never reuse it
-                    await conn.disconnect(nowait=True)
+                async with asyncio.timeout(self._timeout):
+                    await waiter  # the slot is handed over by _give_slot
+            except TimeoutError:
+                raise errors.StorageUnavailable(
+                    f"All {self.MAX_CONNECTIONS} Redis connections stayed busy for {self._timeout:g} s."
+                ) from None
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._give_slot()  # handed over just as this call gave up: pass it on
+                elif waiter in self._waiters:
+                    self._waiters.remove(waiter)
                 raise
-            self._keep(conn)
-        finally:
-            self._slots.release()
+            return
+        self._in_use += 1
 
-    def _keep(self, conn: Any) -> None:
-        self._idle.append(conn)
+    def _give_slot(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes to it (_in_use stays)
+                return
+        self._in_use -= 1
+
+    async def _checkout(self) -> tuple[Any, bool]:
+        """A kept connection (True), or a new one when none is kept or the server closed the kept one
+        meanwhile (a restart), before anything is sent."""
+        conn = self._idle.pop() if self._idle else None
+        if conn is not None and _closed(conn):
+            await conn.disconnect(nowait=True)
+            conn = None
+        if conn is None:
+            return self._client.connection_pool.make_connection(), False  # type: ignore[union-attr]
+        return conn, True
+
+    async def _checkin(self, conn: Any, exc: BaseException) -> None:
+        """After a call failed with `exc`: keep the connection if the server answered (an error reply is a
+        clean state), else drop it (a failed or cancelled call may leave a reply to come)."""
+        answered = isinstance(exc, ResponseError | errors.CharonError) and not isinstance(
+            exc, errors.StorageUnavailable
+        )
+        if answered:
+            self._idle.append(conn)
+        else:
+            await conn.disconnect(nowait=True)
 
     async def _evalsha(self, conn: Any, reused: bool, script: Script, keys: Keys, args: Sequence[Any]) -> Any:
         """EVALSHA on `conn`. A kept (`reused`) connection that fails while sending is connected again once
