@@ -17,8 +17,8 @@ import time
 import uuid
 from typing import Any
 
-from service.sweeper import run_sweeper
 from core.models import NewMessage, QueueRef
+from service.sweeper import run_sweeper
 from storage.redis.store import RedisStore
 from tests.servers import RedisServer
 

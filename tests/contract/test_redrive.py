@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from service.redrive import RedriveRunner
 from core.clock import ManualClock
 from core.metadata import DeadLetterDefaults
 from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask, Rejection, TaskId
+from service.redrive import RedriveRunner
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
 

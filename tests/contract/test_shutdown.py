@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from service.redrive import RedriveRunner
-from service.sweeper import run_sweeper
 from core.clock import ManualClock
 from core.models import RedriveSpec, TaskId
+from service.redrive import RedriveRunner
+from service.sweeper import run_sweeper
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_meta
 

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from service.outage import Outage
 from core.errors import StorageUnavailable
+from service.outage import Outage
 
 
 def test_one_line_when_failing_starts_and_one_when_it_ends(caplog: pytest.LogCaptureFixture) -> None:
