@@ -1,13 +1,15 @@
 """DLQ insights on 1,000,000 dead letters: Spark local[1] and local[2], cold and warm, against one Python
 process computing the same aggregates (pipeline/purepython.py), all reading the same redis-server.
 
-The dead letters are written straight into a private redis-server in the driver's key layout (storage/redis/
-keys.py; making a million through the API would take longer than the benchmark itself): three DLQs of one
-project, bodies of the scenario's kinds (tests/pipeline/scenario.py) with ids and numbers varying,
-dead-lettered over 12 hours. Each Spark master runs in its own process: "cold" is its first job (JVM start,
-then the first read, with Python workers and JIT still starting), "warm" the same job again in the same
-session. The pure-Python pass reads with the same reader (sources.RedisSource) and aggregates in memory.
-Every run's tables are checked equal to the pure-Python ones.
+The dead letters are made by the Redis driver itself (storage/redis/store.py), in its own layout, through
+the calls the API makes, in batches far larger than the API allows: three DLQs of one project, fed by source
+queues whose `_max_claim_count` is 1, so that a claim then a release moves a whole batch (max_claims), or
+whose consumer rejects each claimed message (rejected); bodies of the scenario's kinds (tests/pipeline/
+scenario.py) with ids and numbers varying, dead-lettered over 12 hours of a manual clock. Each Spark master
+runs in its own process: "cold" is its first job (JVM start, then the first read, with Python workers and JIT
+still starting), "warm" the same job again in the same session. The pure-Python pass reads with the same
+export (storage/redis/export.py, pages to Arrow by pipeline/records.py) and aggregates in memory. Every run's
+tables are checked equal to the pure-Python ones.
 
 Run: .venv/bin/python -m bench.insights [--messages N]   (prints Markdown; --json for the raw numbers)
 """
@@ -15,26 +17,32 @@ Run: .venv/bin/python -m bench.insights [--messages N]   (prints Markdown; --jso
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import subprocess
 import sys
 import time
 import uuid
+from collections import defaultdict
 from typing import Any
 
-import orjson
-import redis
-
+from core.clock import ManualClock
+from core.limits import Limits
+from core.metadata import parse_policy
+from core.models import NewMessage, QueueRef, Rejection
 from pipeline import DEFAULT_MAX_BODY_BYTES, purepython
-from pipeline.sources import RedisSource, plan
-from storage.redis.keys import QueueKeys, project_prefix, projects_key
+from pipeline.datasource import plan
+from pipeline.load import DeadLetterStore
+from pipeline.records import batch
+from storage.redis.store import RedisStore
 from tests.servers import RedisServer
 
 PROJECT = "bench"
 DLQS = {"orders.dlq": ("orders",), "payments.dlq": ("payments",), "notify.dlq": ("emails", "sms")}
 SPAN_MS = 12 * 3_600_000
 BATCH = 5_000
+TTL_S = 1_209_600
 
 
 def body(rng: random.Random, source: str, n: int) -> tuple[Any, str]:
@@ -77,44 +85,74 @@ def body(rng: random.Random, source: str, n: int) -> tuple[Any, str]:
 
 
 def fill(url: str, messages: int, namespace: str, seed: int = 1) -> None:
+    asyncio.run(_fill(url, messages, namespace, seed))
+
+
+async def _fill(url: str, messages: int, namespace: str, seed: int) -> None:
     rng = random.Random(seed)
-    client = redis.Redis.from_url(url)
-    prefix = project_prefix(namespace, PROJECT)
-    client.sadd(projects_key(namespace), PROJECT)
-    start = int(time.time() * 1000) - SPAN_MS
-    expires = start + 30 * 86_400_000
+    clock = ManualClock(int(time.time() * 1000) - SPAN_MS)
+    store = RedisStore.from_url(url, namespace=namespace, clock=clock)
+    for dlq, sources in DLQS.items():
+        for source in sources:
+            meta = {"_max_claim_count": 1, "_dead_letter_queue": dlq}
+            policy = parse_policy(meta, Limits(), queue=source)
+            await store.create_queue(QueueRef(PROJECT, source), metadata=meta, policy=policy)
     dlqs = list(DLQS)
-    for done in range(0, messages, BATCH):
-        pipe = client.pipeline(transaction=False)
-        for n in range(done, min(done + BATCH, messages)):
-            dlq = dlqs[n % len(dlqs)]
-            source = DLQS[dlq][n % len(DLQS[dlq])]
-            b, reason = body(rng, source, n)
-            at = start + n * SPAN_MS // messages
-            message_id = f"{rng.getrandbits(128):032x}"
-            fields = {
-                "q": dlq, "b": orjson.dumps(b), "t": 1_209_600, "cr": at, "e": expires, "k": n + 1,
-                "cl": "bench", "c": "", "ce": 0, "cc": 0, "av": at, "dsrc": source, "drsn": reason,
-                "dcc": 0 if reason == "expired" else rng.randint(1, 5), "dat": at,
-                "dfirst": at - rng.randint(0, 3_600_000), "drc": 0,
-            }  # fmt: skip
-            pipe.hset(f"{prefix}m:{message_id}", mapping=fields)
-            pipe.zadd(f"{QueueKeys(prefix, dlq).queue}:msgs", {message_id: n + 1})
-        pipe.execute()
-    for dlq in dlqs:
-        keys = QueueKeys(prefix, dlq)
-        client.hset(keys.queue, mapping={"created": start, "n_rcv": messages // len(dlqs)})
-        client.zadd(keys.queues, {dlq: 0})
-    client.close()
+    step_s = SPAN_MS / 1000 * BATCH / messages
+    try:
+        for done in range(0, messages, BATCH):
+            groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
+            for n in range(done, min(done + BATCH, messages)):
+                dlq = dlqs[n % len(dlqs)]
+                source = DLQS[dlq][n % len(DLQS[dlq])]
+                b, reason = body(rng, source, n)
+                groups[(source, "rejected" if reason == "rejected" else "max_claims")].append(b)
+            posted = clock.now_ms()
+            for (source, _), bodies in groups.items():  # a source's groups die in this order too
+                q = QueueRef(PROJECT, source)
+                await store.post_messages(
+                    q,
+                    [NewMessage(b, ttl=TTL_S) for b in bodies],
+                    client_id="bench",
+                    default_ttl=TTL_S,
+                    default_delay=0,
+                    body_size=0,
+                )
+            # each group dies a while after the batch was posted (the time to death)
+            for (source, reason), bodies in groups.items():
+                clock.advance(rng.uniform(0, step_s / (2 * len(groups))))
+                await _die(store, QueueRef(PROJECT, source), reason, len(bodies))
+            clock.advance(max(0.0, step_s - (clock.now_ms() - posted) / 1000))
+    finally:
+        await store.aclose()
+
+
+async def _die(store: RedisStore, q: QueueRef, reason: str, n: int) -> None:
+    """Claim the queue's `n` messages; release them (each used its one claim: max_claims) or reject each."""
+    result = await store.claim(q, ttl=3600, grace=0, limit=n)
+    claim = result.claim
+    assert claim is not None, q
+    assert len(claim.messages) == n, (q, n)
+    if reason == "max_claims":
+        await store.release_claim(q, claim.id, delay=0)
+        return
+    rejection = Rejection(reason="invalid", description="'iban' missing")
+    for i in range(0, n, 200):
+        await asyncio.gather(
+            *(
+                store.dead_letter_message(q, m.id, claim_id=claim.id, rejection=rejection)
+                for m in claim.messages[i : i + 200]
+            )
+        )
 
 
 def pure_python(url: str, namespace: str) -> tuple[dict[str, float], dict[str, list[dict[str, Any]]]]:
     started = time.perf_counter()
-    source = RedisSource(url, namespace)
+    export = DeadLetterStore(url, namespace).open()
     records = []
-    for s in plan(source.queues(PROJECT, None), slices=1):
-        for rb in source.read(s, max_body_bytes=DEFAULT_MAX_BODY_BYTES):
-            records += rb.to_pylist()
+    for s in plan(export.extents(PROJECT, None), slices=1):
+        for page in export.read(s):
+            records += batch(page, max_body_bytes=DEFAULT_MAX_BODY_BYTES).to_pylist()
     read = time.perf_counter() - started
     tables = purepython.analyse(records)
     return {"read_s": read, "total_s": time.perf_counter() - started}, tables
@@ -122,23 +160,22 @@ def pure_python(url: str, namespace: str) -> tuple[dict[str, float], dict[str, l
 
 def spark_run(url: str, namespace: str, master: str) -> dict[str, Any]:
     """In this process: start a session on `master`, run the job twice; timings and the tables."""
-    from pipeline import job
+    from pipeline import aggregate, load, spark
 
     started = time.perf_counter()
-    spark = job.session(master)
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.conf.set("spark.sql.shuffle.partitions", str(2 * spark.sparkContext.defaultParallelism))
+    session = spark.session(master)
+    session.sparkContext.setLogLevel("ERROR")
+    session.conf.set("spark.sql.shuffle.partitions", str(2 * session.sparkContext.defaultParallelism))
     out: dict[str, Any] = {"session_s": time.perf_counter() - started}
-    parser = argparse.ArgumentParser()
-    job.add_arguments(parser)
-    args = parser.parse_args(["--project", PROJECT])
+    store = DeadLetterStore(url, namespace)
     for run in ("cold", "warm"):
         t = time.perf_counter()
-        insights = job.analyse(spark, job.load(spark, uri=url, namespace=namespace, args=args))
+        records = load.from_store(session, store, project=PROJECT, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
+        insights = aggregate.analyse(session, records)
         out[run] = {"total_s": time.perf_counter() - t, **insights.timings}
-    out["tables"] = {name: insights.rows(name) for name in job.TABLES}
+    out["tables"] = {name: insights.rows(name) for name in aggregate.TABLES}
     out["total_s"] = time.perf_counter() - started
-    spark.stop()
+    session.stop()
     return out
 
 

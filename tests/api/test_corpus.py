@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app import insights
 from app.main import create_app
 from core.clock import ManualClock
-from pipeline import export
 from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.redis.store import RedisStore
@@ -155,7 +155,7 @@ async def test_charon_export_writes_every_accepted_body_back(
         args = argparse.Namespace(
             storage_uri=uri, namespace=namespace, project="project-a", queues=["src.dlq"], out=str(out)
         )
-        assert export.run(args) == 0
+        assert insights.run_export(args) == 0
         lines = [json.loads(line) for line in out.read_bytes().splitlines()]
         by_id = dict(zip(ids, ACCEPTED, strict=True))
         assert sorted(line["id"] for line in lines) == sorted(ids)
