@@ -185,7 +185,10 @@ async def test_a_runner_that_stops_hands_its_tasks_over_at_once(store: Store, cl
     await store.release_redrive(DLQ, task_id, owner="other")  # only the holder can end its lease
     assert await store.lease_redrives("other", lease_ms=LEASE_MS, limit=5) == []
     leaving.start(DLQ, task_id)
-    await asyncio.sleep(0.1)  # it moves a batch of 3, then waits a second (max_per_second 3)
+    for _ in range(100):  # it moves a batch of 3, then waits a second (max_per_second 3): stop it there
+        if (await store.get_redrive(DLQ, task_id)).moved == 3:
+            break
+        await asyncio.sleep(0.02)
     await leaving.stop()
     assert await staying.adopt() == 1
     for _ in range(100):
