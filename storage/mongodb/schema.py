@@ -223,10 +223,6 @@ def policy_of(queue_doc: dict[str, Any] | None) -> QueuePolicy:
     )
 
 
-def exhausted(policy: QueuePolicy, claim_count: int) -> bool:
-    return policy.max_claim_count is not None and claim_count >= policy.max_claim_count
-
-
 def message_of(doc: dict[str, Any]) -> Message:
     dead_letter = None
     if dl := doc.get("dl"):
