@@ -1,11 +1,12 @@
 """The published contract: the OpenAPI document FastAPI writes, made to say exactly what the server enforces.
 
-FastAPI documents what routes declare; much of what Charon checks is read by hand (the hot routes' query
-parameters, the identity headers, bodies parsed after a size limit) or depends on the configured limits. This
-module is the one place that writes all of it into the document: every parameter's exact schema (names matched
-in full, ids, bounds from `Limits`), the required headers, the reserved metadata keys, and every status an
-operation can answer. The served document follows the service's settings; `openapi.yaml` is the one with
-the defaults (a test keeps them equal). `tests/acceptance/test_contract_fuzz.py` holds the server to it.
+FastAPI documents what routes declare (their query models and paths: api/params.py); much of what Charon
+checks is read by hand (the identity headers, bodies parsed after a size limit) or depends on the configured
+limits. This module is the one place that writes all of it into the document: every parameter's exact schema
+(names matched in full, ids, bounds from `Limits`), the required headers, the reserved metadata keys, and
+every status an operation can answer. The served document follows the service's settings; `openapi.yaml` is
+the one with the defaults (a test keeps them equal). `tests/acceptance/test_contract_fuzz.py` holds the
+server to it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from api.ids import ID_SCHEMA
 from core.limits import CLIENT_ID_PATTERN, MAX_MARKER, NAME_RULE, NAME_SCHEMA, PROJECT_ID_MAX_LEN, Limits
 from core.metadata import (
     DEAD_LETTER_ON_EXPIRY,
@@ -38,7 +40,6 @@ from core.queue_filter import MAX_FILTER_VALUE, MAX_FILTERS
 
 Schema = dict[str, Any]
 
-ID_SCHEMA: Schema = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
 PROJECT_SCHEMA: Schema = {
     "type": "string",
     "minLength": 1,
@@ -111,8 +112,6 @@ def _parameters(path: str, operation: Schema, limits: Limits) -> None:
             p["schema"] = {**exact, **({"description": description} if description else {})}
         if p["name"] == "ids":  # the OpenAPI form of Zaqar's comma-separated ids (repeated ones work too)
             p.update(style="form", explode=False)
-        if p["name"] == "claim_id" and p["in"] == "query" and path.endswith(("/release", "/dead_letter")):
-            p["required"] = True  # 400 without it
     if path == "/v2/queues":
         parameters.append(_metadata_filters())
     if path.startswith("/v2/queues"):

@@ -5,7 +5,8 @@ thread pool (a thread hop per dependency per request), and resolves each declare
 sub-dependency per request: a route declaring the two headers, the queue name and a claim id answered
 less than half the requests a second of one reading them from the Request (bench/README.md, "What the
 profile showed"). The headers and the queue name are therefore read from the
-request here, and api/contract.py puts them in the OpenAPI document of every queue route.
+request here, and api/contract.py puts them in the OpenAPI document of every queue route. Query parameters
+come from each route's query model (api/params.py), path ids from api/ids.py.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple, TypeVar
 
 import orjson
-from fastapi import Depends, Query, Request
-from pydantic import BaseModel, ValidationError
+from fastapi import Depends, Request
+from pydantic import BaseModel, Field, ValidationError
 
 from api.errors import describe_errors
+from api.params import QUERY, QueryModel
 from core.clock import Clock
 from core.errors import InvalidBody, InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_client_id, check_project, check_queue_name
@@ -60,12 +62,17 @@ PROVENANCE_DOC = (
     "messages posted with it false (EXT). Default: off, so python-zaqarclient, which refuses fields it "
     "does not know, reads every queue unchanged; CHARON_PROVENANCE=true turns it on for a deployment."
 )
-ProvenanceQuery = Annotated[bool | None, Query(description=PROVENANCE_DOC)]
 
 
-async def show_provenance(request: Request, provenance: ProvenanceQuery = None) -> bool:
+class ProvenanceQuery(QueryModel):
+    """The query of a route that shows messages: `provenance`, and the route's own parameters (subclasses)."""
+
+    provenance: bool | None = Field(None, description=PROVENANCE_DOC)
+
+
+async def show_provenance(request: Request, params: Annotated[ProvenanceQuery, QUERY]) -> bool:
     default: bool = request.app.state.provenance
-    return default if provenance is None else provenance
+    return default if params.provenance is None else params.provenance
 
 
 def identity_headers(request: Request) -> tuple[str | None, str | None]:
@@ -130,10 +137,7 @@ class QueueCall:
 
 
 def call_of(request: Request) -> QueueCall:
-    """The QueueCall of a request, for the hottest routes, which take nothing but the Request: with no
-    parameter for FastAPI to resolve, a one-message DELETE spent a quarter of what it did resolving them
-    (bench/README.md), and api/direct.py can serve them without FastAPI's inner layers. Their parameters
-    are documented with `parameters()` and read with `query_int()`/`request.query_params`."""
+    """The QueueCall of a request, for the plain routes (api/routing.py), which take the Request."""
     q, client = _queue_and_client(request)
     state = request.app.state
     return QueueCall(q, client, state.store, state.limits, state.clock, state.provenance)
@@ -141,48 +145,6 @@ def call_of(request: Request) -> QueueCall:
 
 async def queue_call(request: Request) -> QueueCall:
     return call_of(request)
-
-
-def query_int(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInput(f"{name}: Input should be a valid integer; got {raw[:40]!r}.") from None
-
-
-def query_bool(request: Request, name: str) -> bool | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return None
-    value = raw.lower()
-    if value in ("true", "t", "1", "yes", "y", "on"):  # what pydantic takes for a bool
-        return True
-    if value in ("false", "f", "0", "no", "n", "off"):
-        return False
-    raise InvalidInput(f"{name}: Input should be a valid boolean; got {raw[:40]!r}.")
-
-
-def path_parameter(name: str) -> dict[str, Any]:
-    """The OpenAPI entry FastAPI writes for `name: str` in a route's path (routes that read it by hand)."""
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "title": name.replace("_", " ").title()},
-    }
-
-
-def query_parameter(name: str, description: str, kind: str = "string") -> dict[str, Any]:
-    """The OpenAPI entry FastAPI writes for `name: Annotated[<kind> | None, Query(description=d)] = None`."""
-    schema = {
-        "anyOf": [{"type": kind}, {"type": "null"}],
-        "description": description,
-        "title": name.replace("_", " ").title(),
-    }
-    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
 def header_parameter(name: str, description: str, **schema: Any) -> dict[str, Any]:
@@ -194,11 +156,6 @@ def header_parameter(name: str, description: str, **schema: Any) -> dict[str, An
         "schema": {"type": "string", **schema, "description": description},
         "description": description,
     }
-
-
-def parameters(*entries: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """`openapi_extra` for a route that reads its parameters by hand (and any other extra it has)."""
-    return {"parameters": list(entries), **extra}
 
 
 StoreDep = Annotated[Store, Depends(get_store)]

@@ -37,14 +37,10 @@ def describe_errors(errors: Sequence[Any], *, sourced: bool = False) -> str:
     return "; ".join(parts) or "The request is not valid."
 
 
-def charon_error_response(exc: CharonError) -> JSONResponse:
-    """The answer to a domain error, wherever it is caught (this handler, api/direct.py)."""
-    return error_response(exc.status, exc.title, exc.description)
-
-
 async def _charon_error(_: Request, exc: Exception) -> JSONResponse:
+    """The answer to a domain error, from a FastAPI route or a plain one alike (api/routing.py)."""
     assert isinstance(exc, CharonError)
-    return charon_error_response(exc)
+    return error_response(exc.status, exc.title, exc.description)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

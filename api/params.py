@@ -1,89 +1,178 @@
-"""No query parameter is silently ignored: a route takes exactly the query parameters its OpenAPI entry
-lists (those FastAPI resolves and those a route reads by hand and documents with api.deps.parameters()), each
-once unless it is a list; anything else answers 400 naming it and what the route takes. The one open route
-is the queue listing, whose other parameters are metadata filters (`open_query`).
+"""Query parameters: one small pydantic model per route (a `QueryModel`) is the parsing, the check that no
+parameter is unknown or repeated, and the route's OpenAPI entries. The route parses it before its endpoint
+runs (api/routing.py), FastAPI routes and plain Starlette routes alike; an endpoint takes the parsed model
+as a parameter annotated with the model: `Annotated[Model, QUERY]` on a FastAPI route, whose parameters'
+order is then the order of the checks (as FastAPI's own), and `Model` on a plain one (checked first).
+
+No query parameter is silently ignored: a route takes exactly its model's fields, each once unless the field
+is a list (`ids=a&ids=b`); anything else answers 400 naming it and what the route takes. The one open model
+is the queue listing's, whose other parameters are metadata filters (`open_query = True`). A value the
+model refuses answers 400 naming the field and the rule (api.errors.describe_errors).
+
+A field's JSON schema is its OpenAPI entry; api/contract.py then gives the bounds that follow the settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any, TypeVar
+import inspect
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Self, get_args, get_origin, get_type_hints
 
-from fastapi import Request, Response
-from fastapi._compat.shared import field_annotation_is_sequence
-from fastapi.dependencies.models import Dependant
-from fastapi.routing import APIRoute
+from fastapi import Depends, Request
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from api.errors import describe_errors
 from core.errors import InvalidInput
 
-F = TypeVar("F", bound=Callable[..., Any])
-OPEN_QUERY = "__charon_open_query__"
+Entry = dict[str, Any]
+QUERY_KEY = "charon.query"  # where the route leaves the parsed model in the request's scope
+_PATH_PARAM = re.compile(r"{(\w+)}")
 
 
-def open_query(endpoint: F) -> F:
-    """Mark a route that takes query parameters besides those it declares (and reads them itself)."""
-    setattr(endpoint, OPEN_QUERY, True)
-    return endpoint
+class QueryModel(BaseModel):
+    """A route's query parameters. Fields have defaults unless the route cannot do without them."""
 
+    model_config = ConfigDict(frozen=True)  # one parsed default is shared by every request without a query
 
-@dataclass(frozen=True, slots=True)
-class QuerySpec:
-    names: tuple[str, ...]  # in the order the route declares them, for the error's list
-    repeatable: frozenset[str]
-    open: bool
+    open_query: ClassVar[bool] = False
+    _names: ClassVar[tuple[str, ...]] = ()
+    _repeatable: ClassVar[frozenset[str]] = frozenset()
+    _default: ClassVar[QueryModel | None] = None
+    _entries: ClassVar[list[Entry]] = []
 
-    def check(self, request: Request) -> None:
-        if not request.scope["query_string"]:
-            return
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        schema = cls.model_json_schema()
+        assert "$defs" not in schema, f"{cls.__name__}: a query parameter is a scalar or a list of them"
+        required = set(schema.get("required", ()))
+        properties: dict[str, Entry] = schema.get("properties", {})
+        own = vars(cls).get("__annotations__", {})  # a model's own parameters first, then its bases'
+        names = sorted(properties, key=lambda name: name not in own)
+        cls._names = tuple(names)
+        cls._entries = [_entry(name, properties[name], name in required) for name in names]
+        cls._repeatable = frozenset(name for name, prop in properties.items() if "array" in _kinds(prop))
+        cls._default = None if required else cls()
+
+    @classmethod
+    def parse(cls, request: Request, template: str) -> Self:
+        """The request's query as this model: `collect` then `validated`."""
+        return cls.validated(cls.collect(request, template))
+
+    @classmethod
+    def collect(cls, request: Request, template: str) -> Any:
+        """The request's query parameters by name (lists for list fields), or the parsed default when there
+        are none; 400 for a parameter the route does not take, or one given twice but for a list field.
+        `template`: the route's path, for the error."""
+        if not request.scope["query_string"] and cls._default is not None:
+            return cls._default
+        fields = cls._names
+        values: dict[str, Any] = {}
         seen: set[str] = set()
-        for name, _ in request.query_params.multi_items():
-            if name not in self.names and not self.open:
-                takes = f"takes {', '.join(self.names)}" if self.names else "takes no query parameters"
-                raise InvalidInput(
-                    f"Unknown query parameter {name[:40]!r}: {request.method} {_template(request)} {takes}."
-                )
-            if name in seen and name not in self.repeatable:  # an open route's own ones too (one value each)
+        for name, value in request.query_params.multi_items():
+            if name in cls._repeatable:
+                values.setdefault(name, []).append(value)
+                continue
+            if name in seen:  # an open route's own metadata filters too (one value each)
                 raise InvalidInput(f"Query parameter {name[:40]!r} is given more than once; give it once.")
             seen.add(name)
+            if name in fields:
+                values[name] = value
+            elif not cls.open_query:
+                takes = f"takes {', '.join(fields)}" if fields else "takes no query parameters"
+                raise InvalidInput(
+                    f"Unknown query parameter {name[:40]!r}: {request.method} {template[:200]} {takes}."
+                )
+        return values
+
+    @classmethod
+    def validated(cls, collected: Any) -> Self:
+        """What `collect` gave as this model; 400 naming each value the model refuses, and how."""
+        if isinstance(collected, cls):
+            return collected
+        try:
+            return cls.model_validate(collected)
+        except ValidationError as exc:
+            raise InvalidInput(describe_errors(exc.errors())) from None
+
+    @classmethod
+    def openapi_parameters(cls) -> list[Entry]:
+        """The model's OpenAPI parameter entries, from its JSON schema (a fresh copy)."""
+        return [{**e, "schema": dict(e["schema"])} for e in cls._entries]
 
 
-def _template(request: Request) -> str:
-    route = request.scope.get("route")
-    return str(getattr(route, "path", request.url.path))[:200]
+class NoQuery(QueryModel):
+    """The model of a route that takes no query parameters."""
 
 
-def _query_fields(dependant: Dependant) -> list[tuple[str, bool]]:
-    fields = [
-        (f.alias, field_annotation_is_sequence(f.field_info.annotation)) for f in dependant.query_params
+def _kinds(prop: Entry) -> set[str]:
+    return {prop.get("type", "")} | {branch.get("type", "") for branch in prop.get("anyOf", ())}
+
+
+def _entry(name: str, prop: Entry, required: bool) -> Entry:
+    """A field's JSON schema as an OpenAPI query parameter: what FastAPI writes for a declared `Query`."""
+    entry: Entry = {"name": name, "in": "query", "required": required, "schema": prop}
+    if "description" in prop:
+        entry["description"] = prop["description"]
+    return entry
+
+
+async def parsed_query(request: Request) -> Any:
+    """The route's query model (api/routing.py collected its parameters before FastAPI resolved anything),
+    its values checked here: where the endpoint's parameters list it."""
+    model, collected = request.scope[QUERY_KEY]
+    return model.validated(collected)
+
+
+QUERY = Depends(parsed_query)
+
+
+def query_model_of(*calls: Callable[..., Any]) -> type[QueryModel]:
+    """The query model `calls` (an endpoint and the dependencies it uses) are declared to take: the one
+    model named by their parameters' annotations (`Annotated[Model, QUERY]`, or `Model` on a plain route),
+    the most derived when a dependency names a base of the endpoint's; NoQuery when none does."""
+    found: list[type[QueryModel]] = []
+    for call in calls:
+        function = call if inspect.isfunction(call) or inspect.ismethod(call) else None
+        if function is None:
+            continue
+        for hint in get_type_hints(function, include_extras=True).values():
+            base = get_args(hint)[0] if get_origin(hint) is Annotated else hint
+            if isinstance(base, type) and issubclass(base, QueryModel):
+                found.append(base)
+    if not found:
+        return NoQuery
+    model = max(found, key=lambda m: len(m.__mro__))
+    assert all(issubclass(model, m) for m in found), f"{calls[0]}: two query models {found}"
+    return model
+
+
+def path_value(name: str) -> Any:
+    """A FastAPI dependency on the path parameter `name`, as sent (the route checks it): path parameters are
+    documented from the path (`path_parameters`), not declared to FastAPI. Ids: api/ids.py."""
+
+    async def value(request: Request) -> str:
+        text: str = request.path_params[name]
+        return text
+
+    return Depends(value)
+
+
+def path_parameters(template: str) -> list[Entry]:
+    """The OpenAPI entries of the path parameters in `template`, but the queue name's (api/contract.py
+    documents the queue identity, which api.deps reads by hand, on every queue route)."""
+    return [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _PATH_PARAM.findall(template)
+        if name != "queue_name"
     ]
-    for sub in dependant.dependencies:
-        fields += _query_fields(sub)
-    return fields
 
 
-def query_spec(route: APIRoute) -> QuerySpec:
-    """The query parameters `route` takes: FastAPI's and those documented in its openapi_extra."""
-    fields = _query_fields(route.dependant)
-    for p in (route.openapi_extra or {}).get("parameters", []):
-        if p.get("in") == "query":
-            schema = p.get("schema", {})
-            kinds = [schema.get("type")] + [s.get("type") for s in schema.get("anyOf", [])]
-            fields.append((p["name"], "array" in kinds))
-    names = tuple(dict.fromkeys(name for name, _ in fields))
-    repeatable = frozenset(name for name, many in fields if many)
-    return QuerySpec(names, repeatable, bool(getattr(route.endpoint, OPEN_QUERY, False)))
-
-
-class CheckedRoute(APIRoute):
-    """An APIRoute that checks the request's query parameters (QuerySpec) before anything else runs."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        spec = self.query_spec = query_spec(self)
-
-        async def checked(request: Request) -> Response:
-            spec.check(request)
-            return await handler(request)
-
-        return checked
+def operation_parameters(template: str, model: type[QueryModel], openapi_extra: Entry | None) -> Entry:
+    """`openapi_extra` for a route: its path parameters, its query model's, then any it lists itself (a
+    header read by hand)."""
+    extra = dict(openapi_extra or {})
+    own = extra.pop("parameters", [])
+    extra["parameters"] = path_parameters(template) + model.openapi_parameters() + own
+    return extra

@@ -12,10 +12,10 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api.contract import refine
-from api.direct import DirectRoutes, direct_routes
 from api.errors import register_error_handlers
 from api.head import HeadAsGet
 from api.routes import admin, claims, health, messages, queues, redrive
+from api.routing import documented
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
@@ -106,15 +106,17 @@ def create_app(
     if store is not None:
         app.state.store = store
     register_error_handlers(app)
-    for module in (messages, claims, health, queues, redrive, admin):
-        app.router.routes.extend(module.router.routes)
-    app.add_middleware(DirectRoutes, routes=direct_routes(app))
+    declared = [r for m in (messages, claims, health, queues, redrive, admin) for r in m.router.routes]
+    app.router.routes.extend(declared)
     app.add_middleware(HeadAsGet)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(
-                title=app.title, version=app.version, description=app.description, routes=app.routes
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=documented(declared),  # in the order declared, not dispatched
             )
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented

@@ -7,12 +7,13 @@ import contextlib
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel
+from fastapi import Depends, Request, Response
+from pydantic import BaseModel, Field
 
 from api.deps import LimitsDep, read_object, sent_twice, validate_body
-from api.params import CheckedRoute
+from api.params import QUERY, QueryModel, path_value
 from api.render import json_response
+from api.routing import Router
 from api.schemas import (
     ErrorOut,
     FlavorIn,
@@ -70,9 +71,10 @@ async def pooled_store(request: Request) -> PooledStore:
 
 
 PoolsDep = Annotated[PooledStore, Depends(pooled_store)]
+PoolName = Annotated[str, path_value("pool_name")]
+FlavorName = Annotated[str, path_value("flavor_name")]
 
-router = APIRouter(
-    route_class=CheckedRoute,
+router = Router(
     tags=["admin"],
     dependencies=[Depends(require_admin)],
     responses={
@@ -161,14 +163,19 @@ async def _existing_pool(store: PooledStore, name: str) -> Pool:
     return pool
 
 
+class PoolsQuery(QueryModel):
+    marker: str | None = Field(None, description="Name of the last pool of the previous page.")
+    limit: int | None = Field(None, description="Page size, 1 to 20.")
+    detailed: bool = False
+
+
+class PoolQuery(QueryModel):
+    detailed: bool = False
+
+
 @router.get("/v2/pools", response_model=PoolsPage, summary="List pools (admin)")
-async def list_pools(
-    store: PoolsDep,
-    limits: LimitsDep,
-    marker: Annotated[str | None, Query(description="Name of the last pool of the previous page.")] = None,
-    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
-    detailed: bool = False,
-) -> Response:
+async def list_pools(store: PoolsDep, limits: LimitsDep, params: Annotated[PoolsQuery, QUERY]) -> Response:
+    marker, limit, detailed = params.marker, params.limit, params.detailed
     size = check_page_limit(limit if limit is not None else 10, limits)
     page = _page(await store.catalogue.list_pools(), marker, size)
     links = _links("/v2/pools", page, size, detailed=str(detailed).lower())
@@ -181,7 +188,7 @@ async def list_pools(
     summary="Register a pool (admin)",
     openapi_extra=json_body(PoolIn, required=True),
 )
-async def create_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
+async def create_pool(pool_name: PoolName, store: PoolsDep, request: Request) -> Response:
     raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what="The pool")
     if not raw:
         raise InvalidInput("A pool is registered with a body: uri and weight (flavor and options optional).")
@@ -197,8 +204,8 @@ async def create_pool(pool_name: str, store: PoolsDep, request: Request) -> Resp
 
 
 @router.get("/v2/pools/{pool_name}", response_model=PoolOut, summary="Show a pool (admin)")
-async def get_pool(pool_name: str, store: PoolsDep, detailed: bool = False) -> Response:
-    return json_response(_pool_out(await _existing_pool(store, pool_name), detailed=detailed))
+async def get_pool(pool_name: PoolName, store: PoolsDep, params: Annotated[PoolQuery, QUERY]) -> Response:
+    return json_response(_pool_out(await _existing_pool(store, pool_name), detailed=params.detailed))
 
 
 @router.patch(
@@ -207,7 +214,7 @@ async def get_pool(pool_name: str, store: PoolsDep, detailed: bool = False) -> R
     summary="Change a pool's uri, weight, flavor or options (admin)",
     openapi_extra=json_body(PoolPatch, required=True),
 )
-async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Response:
+async def patch_pool(pool_name: PoolName, store: PoolsDep, request: Request) -> Response:
     body = await _patch_body(request, PoolPatch, "pool")
     given = body.model_fields_set
     pool = await _existing_pool(store, pool_name)
@@ -226,7 +233,7 @@ async def patch_pool(pool_name: str, store: PoolsDep, request: Request) -> Respo
 
 
 @router.delete("/v2/pools/{pool_name}", status_code=204, summary="Remove a pool that holds no queue (admin)")
-async def delete_pool(pool_name: str, store: PoolsDep) -> Response:
+async def delete_pool(pool_name: PoolName, store: PoolsDep) -> Response:
     await store.catalogue.delete_pool(_name(pool_name, "pool"))
     return Response(status_code=204)
 
@@ -257,14 +264,17 @@ async def _set_pool_list(store: PooledStore, flavor: str, pool_list: list[str]) 
             await store.catalogue.put_pool(Pool(pool.name, pool.uri, pool.weight, wanted, pool.options))
 
 
+class FlavorsQuery(QueryModel):
+    marker: str | None = Field(None, description="Name of the last flavor of the previous page.")
+    limit: int | None = Field(None, description="Page size, 1 to 20.")
+    detailed: bool = Field(False, description="Show each flavor's capabilities (as Zaqar).")
+
+
 @router.get("/v2/flavors", response_model=FlavorsPage, summary="List flavors (admin)")
 async def list_flavors(
-    store: PoolsDep,
-    limits: LimitsDep,
-    marker: Annotated[str | None, Query(description="Name of the last flavor of the previous page.")] = None,
-    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
-    detailed: Annotated[bool, Query(description="Show each flavor's capabilities (as Zaqar).")] = False,
+    store: PoolsDep, limits: LimitsDep, params: Annotated[FlavorsQuery, QUERY]
 ) -> Response:
+    marker, limit, detailed = params.marker, params.limit, params.detailed
     size = check_page_limit(limit if limit is not None else 10, limits)
     page = _page(await store.catalogue.list_flavors(), marker, size)
     pools = await store.catalogue.list_pools()
@@ -279,7 +289,7 @@ async def list_flavors(
     summary="Create a flavor, optionally putting pools in it (admin)",
     openapi_extra=json_body(FlavorIn),
 )
-async def create_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
+async def create_flavor(flavor_name: FlavorName, store: PoolsDep, request: Request) -> Response:
     raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
     body = validate_body(FlavorIn, raw)
     check_json_depth(body.capabilities, request.app.state.limits, "capabilities")
@@ -300,7 +310,7 @@ async def _existing_flavor(store: PooledStore, name: str) -> Flavor:
 
 
 @router.get("/v2/flavors/{flavor_name}", response_model=FlavorOut, summary="Show a flavor (admin)")
-async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
+async def get_flavor(flavor_name: FlavorName, store: PoolsDep) -> Response:
     flavor = await _existing_flavor(store, flavor_name)
     return json_response(_flavor_out(flavor, await store.catalogue.list_pools()))
 
@@ -311,7 +321,7 @@ async def get_flavor(flavor_name: str, store: PoolsDep) -> Response:
     summary="Change a flavor's pools or capabilities (admin)",
     openapi_extra=json_body(FlavorPatch, required=True),
 )
-async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> Response:
+async def patch_flavor(flavor_name: FlavorName, store: PoolsDep, request: Request) -> Response:
     body = await _patch_body(request, FlavorPatch, "flavor")
     flavor = await _existing_flavor(store, flavor_name)
     if body.capabilities is not None:
@@ -327,7 +337,7 @@ async def patch_flavor(flavor_name: str, store: PoolsDep, request: Request) -> R
     status_code=204,
     summary="Delete a flavor; its pools become flavorless (admin)",
 )
-async def delete_flavor(flavor_name: str, store: PoolsDep) -> Response:
+async def delete_flavor(flavor_name: FlavorName, store: PoolsDep) -> Response:
     flavor_name = _name(flavor_name, "flavor")
     if await store.catalogue.get_flavor(flavor_name) is not None:
         await _set_pool_list(store, flavor_name, [])

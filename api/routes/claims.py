@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
+from pydantic import Field
 
 from api.deps import (
-    PROVENANCE_DOC,
     CallDep,
     ClockDep,
     ProvenanceDep,
+    ProvenanceQuery,
     QueueDep,
     StoreDep,
     call_of,
-    parameters,
-    path_parameter,
-    query_bool,
-    query_int,
-    query_parameter,
     read_object,
     validate_body,
 )
-from api.params import CheckedRoute
+from api.ids import ClaimIdDep, claim_id
+from api.params import QueryModel
 from api.render import json_response, messages
+from api.routing import Router
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
-from core.errors import ClaimNotFound
 from core.limits import (
     DELAY_DOC,
     Limits,
@@ -31,13 +28,9 @@ from core.limits import (
     check_claim_ttl,
     check_page_limit,
     check_release_delay,
-    is_valid_id,
 )
-from core.models import ClaimId
 
-router = APIRouter(
-    route_class=CheckedRoute, tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
-)
+router = Router(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
 CLAIM_BODY = json_body(ClaimIn)
 
@@ -47,28 +40,27 @@ async def _claim_body(request: Request, limits: Limits) -> ClaimIn:
     return validate_body(ClaimIn, raw)
 
 
-def _claim_id(claim_id: str, queue: str) -> ClaimId:
-    if not is_valid_id(claim_id):
-        raise ClaimNotFound(f"Claim {claim_id[:40]} does not exist in queue {queue}.")
-    return ClaimId(claim_id)
+class ClaimQuery(ProvenanceQuery):
+    limit: int | None = Field(None, description="Most messages to claim, 1 to 20.")
 
 
-@router.post(
+class ReleaseQuery(QueryModel):
+    delay: int | None = Field(None, description=DELAY_DOC)
+
+
+@router.plain(
+    "POST",
     "/v2/queues/{queue_name}/claims",
     status_code=201,
     response_model=MessagesOut,
     summary="Claim up to `limit` messages (204 when none is claimable)",
     responses={204: {"description": "Nothing to claim."}},
-    openapi_extra=parameters(
-        query_parameter("limit", "Most messages to claim, 1 to 20.", "integer"),
-        query_parameter("provenance", PROVENANCE_DOC, "boolean"),
-        **CLAIM_BODY,
-    ),
+    openapi_extra=CLAIM_BODY,
 )
-async def create_claim(request: Request) -> Response:
+async def create_claim(request: Request, params: ClaimQuery) -> Response:
     call = call_of(request)
     limits = call.limits
-    limit, provenance = query_int(request, "limit"), call.show(query_bool(request, "provenance"))
+    limit, provenance = params.limit, call.show(params.provenance)
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
     body = await _claim_body(request, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
@@ -91,9 +83,9 @@ async def create_claim(request: Request) -> Response:
     responses={404: {"model": ErrorOut}},
 )
 async def get_claim(
-    q: QueueDep, claim_id: str, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
+    q: QueueDep, cid: ClaimIdDep, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
 ) -> Response:
-    claim = await store.get_claim(q, _claim_id(claim_id, q.name))
+    claim = await store.get_claim(q, cid)
     now = clock.now_ms()
     return json_response(
         {
@@ -113,9 +105,8 @@ async def get_claim(
     responses={404: {"model": ErrorOut}},
     openapi_extra=CLAIM_BODY,
 )
-async def renew_claim(call: CallDep, claim_id: str, request: Request) -> Response:
+async def renew_claim(call: CallDep, cid: ClaimIdDep, request: Request) -> Response:
     q, store, limits = call.q, call.store, call.limits
-    cid = _claim_id(claim_id, q.name)
     body = await _claim_body(request, limits)
     ttl, grace = body.ttl, body.grace
     if ttl is None or grace is None:  # keep what the claim has for a field not given
@@ -126,7 +117,8 @@ async def renew_claim(call: CallDep, claim_id: str, request: Request) -> Respons
     return Response(status_code=204)
 
 
-@router.delete(
+@router.plain(
+    "DELETE",
     "/v2/queues/{queue_name}/claims/{claim_id}",
     status_code=204,
     summary="Release a claim: its messages can be claimed again (after `delay`, or the queue's backoff)",
@@ -135,11 +127,9 @@ async def renew_claim(call: CallDep, claim_id: str, request: Request) -> Respons
     "`_redelivery_delay_levels`), counted by its claim count; without a backoff it is claimable at once.\n\n"
     '`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
     '"$BASE/v2/queues/jobs/claims/$CLAIM?delay=30"`',
-    openapi_extra=parameters(path_parameter("claim_id"), query_parameter("delay", DELAY_DOC, "integer")),
 )
-async def release_claim(request: Request) -> Response:
+async def release_claim(request: Request, params: ReleaseQuery) -> Response:
     call = call_of(request)
-    wait = check_release_delay(query_int(request, "delay"), call.limits)
-    claim_id = _claim_id(request.path_params["claim_id"], call.q.name)
-    await call.store.release_claim(call.q, claim_id, delay=wait)
+    wait = check_release_delay(params.delay, call.limits)
+    await call.store.release_claim(call.q, claim_id(request), delay=wait)
     return Response(status_code=204)

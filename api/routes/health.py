@@ -8,18 +8,18 @@ import time
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 
 from api.deps import StoreDep
-from api.params import CheckedRoute
 from api.render import json_response
 from api.routes.admin import is_admin
+from api.routing import Router
 from api.schemas import ErrorOut, HealthOut
 from core.errors import StorageFull, StorageUnavailable
 from storage.base import Store
 from storage.pooling.store import PooledStore
 
-router = APIRouter(route_class=CheckedRoute, tags=["service"])
+router = Router(tags=["service"])
 
 VERSIONS = {
     "versions": [
@@ -112,7 +112,8 @@ class StorageCheck:
         return self._ok
 
 
-@router.get(
+@router.plain(
+    "GET",
     "/v2/ping",
     status_code=204,
     summary="204 when the storage answers, 503 when not (checked at most once a second)",

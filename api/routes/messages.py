@@ -8,7 +8,8 @@ from typing import Annotated
 from urllib.parse import urlencode
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Depends, Request, Response
+from pydantic import Field
 
 from api.deps import (
     CallDep,
@@ -16,20 +17,20 @@ from api.deps import (
     ClockDep,
     LimitsDep,
     ProvenanceDep,
+    ProvenanceQuery,
     QueueDep,
     StoreDep,
     call_of,
     header_parameter,
-    parameters,
-    path_parameter,
-    query_parameter,
     read_json,
     read_object,
     sent_twice,
     validate_body,
 )
-from api.params import CheckedRoute
+from api.ids import ClaimIdParam, MessageIdDep, message_id, message_ids
+from api.params import QUERY, QueryModel
 from api.render import json_response, message, messages
+from api.routing import Router
 from api.schemas import (
     ErrorOut,
     MessageOut,
@@ -51,14 +52,12 @@ from core.limits import (
     check_page_limit,
     check_range,
     check_release_delay,
-    is_valid_id,
 )
-from core.models import ClaimId, Idempotency, MessageId, NewMessage, Rejection
+from core.models import Idempotency, NewMessage, Rejection
 
 CLAIM_ID_DOC = "The claim that holds the message."
 
-router = APIRouter(
-    route_class=CheckedRoute,
+router = Router(
     tags=["messages"],
     responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}},
 )
@@ -98,28 +97,47 @@ def fingerprint(body: PostMessagesIn) -> str:
     return hashlib.sha256(orjson.dumps(given, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def _ids(raw: list[str], max_ids: int) -> list[MessageId]:
-    """Ids come comma-separated (Zaqar's docs) or as repeated parameters (python-zaqarclient sends those);
-    each must be an id (32 lowercase hex digits)."""
-    ids = [i for part in raw for i in part.split(",")]
-    if len(ids) > max_ids:
-        raise InvalidInput(f"ids may list at most {max_ids} message ids; got {len(ids)}.")
-    for i in ids:
-        if not is_valid_id(i):
-            raise InvalidInput(f"ids lists message ids (32 lowercase hex digits) by commas; got {i[:40]!r}.")
-    return [MessageId(i) for i in ids]
+IDS_DOC = "Message ids, comma-separated (at most 20)."
 
 
-@router.post(
+class ListQuery(ProvenanceQuery):
+    ids: list[str] | None = Field(None, description=IDS_DOC)
+    marker: str | None = Field(None, description="Where the previous page ended.")
+    limit: int | None = Field(None, description="Page size, 1 to 20.")
+    echo: bool = Field(False, description="Include this client's own messages.")
+    include_claimed: bool = False
+    include_delayed: bool = False
+
+
+class DeleteManyQuery(ProvenanceQuery):
+    ids: list[str] | None = Field(None, description=IDS_DOC)
+    pop: int | None = Field(None, description="How many messages to take and delete, 1 to 20.")
+
+
+class DeleteQuery(QueryModel):
+    claim_id: ClaimIdParam | None = Field(None, description=CLAIM_ID_DOC)
+
+
+class ReleaseQuery(QueryModel):
+    claim_id: ClaimIdParam = Field(description=CLAIM_ID_DOC)
+    delay: int | None = Field(None, description=DELAY_DOC)
+
+
+class RejectQuery(QueryModel):
+    claim_id: ClaimIdParam = Field(description=CLAIM_ID_DOC)
+
+
+@router.plain(
+    "POST",
     "/v2/queues/{queue_name}/messages",
     status_code=201,
     response_model=PostedOut,
     summary="Post messages (the queue is created if absent)",
     responses={413: {"model": ErrorOut}, 422: {"model": ErrorOut}},
-    openapi_extra=parameters(
-        header_parameter("Idempotency-Key", IDEMPOTENCY_DOC, pattern=IDEMPOTENCY_PATTERN),
+    openapi_extra={
+        "parameters": [header_parameter("Idempotency-Key", IDEMPOTENCY_DOC, pattern=IDEMPOTENCY_PATTERN)],
         **json_body(PostMessagesIn, required=True),
-    ),
+    },
 )
 async def post_messages(request: Request) -> Response:
     call = call_of(request)
@@ -173,15 +191,12 @@ async def list_messages(
     limits: LimitsDep,
     clock: ClockDep,
     provenance: ProvenanceDep,
-    ids: Annotated[list[str] | None, Query(description="Message ids, comma-separated (at most 20).")] = None,
-    marker: Annotated[str | None, Query(description="Where the previous page ended.")] = None,
-    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
-    echo: Annotated[bool, Query(description="Include this client's own messages.")] = False,
-    include_claimed: bool = False,
-    include_delayed: bool = False,
+    params: Annotated[ListQuery, QUERY],
 ) -> Response:
+    ids, marker, limit, echo = params.ids, params.marker, params.limit, params.echo
+    include_claimed, include_delayed = params.include_claimed, params.include_delayed
     if ids is not None:
-        found = await store.get_messages(q, _ids(ids, limits.max_messages_per_page))
+        found = await store.get_messages(q, message_ids(ids, limits.max_messages_per_page))
         if not found:
             raise MessageNotFound("None of the listed messages exists.")
         now = clock.now_ms()
@@ -225,9 +240,9 @@ async def delete_messages(
     limits: LimitsDep,
     clock: ClockDep,
     provenance: ProvenanceDep,
-    ids: Annotated[list[str] | None, Query(description="Message ids, comma-separated (at most 20).")] = None,
-    pop: Annotated[int | None, Query(description="How many messages to take and delete, 1 to 20.")] = None,
+    params: Annotated[DeleteManyQuery, QUERY],
 ) -> Response:
+    ids, pop = params.ids, params.pop
     if (ids is None) == (pop is None):
         raise InvalidInput(
             "Give either ids (to delete those messages) or pop (to take N), not both or neither."
@@ -238,7 +253,7 @@ async def delete_messages(
         now = clock.now_ms()
         return json_response({"messages": messages(popped, now, provenance=provenance)})
     assert ids is not None
-    await store.delete_messages(q, _ids(ids, limits.max_messages_per_page))
+    await store.delete_messages(q, message_ids(ids, limits.max_messages_per_page))
     return Response(status_code=204)
 
 
@@ -249,45 +264,25 @@ async def delete_messages(
     responses={404: {"model": ErrorOut}},
 )
 async def get_message(
-    q: QueueDep, message_id: str, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
+    q: QueueDep, mid: MessageIdDep, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
 ) -> Response:
-    found = await store.get_messages(q, [MessageId(message_id)]) if is_valid_id(message_id) else []
+    found = await store.get_messages(q, [mid])
     if not found:
-        raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {q.name}.")
+        raise MessageNotFound(f"Message {mid} does not exist in queue {q.name}.")
     return json_response(message(found[0], clock.now_ms(), provenance=provenance))
 
 
-@router.delete(
+@router.plain(
+    "DELETE",
     "/v2/queues/{queue_name}/messages/{message_id}",
     status_code=204,
     summary="Delete one message (a claimed one needs its claim_id)",
     responses={403: {"model": ErrorOut}},
-    openapi_extra=parameters(path_parameter("message_id"), query_parameter("claim_id", CLAIM_ID_DOC)),
 )
-async def delete_message(request: Request) -> Response:
+async def delete_message(request: Request, params: DeleteQuery) -> Response:
     call = call_of(request)
-    message_id, claim_id = request.path_params["message_id"], request.query_params.get("claim_id")
-    held_by = None if claim_id is None else _claim_id(claim_id)
-    if not is_valid_id(message_id):
-        raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {call.q.name}.")
-    await call.store.delete_message(call.q, MessageId(message_id), claim_id=held_by)
+    await call.store.delete_message(call.q, message_id(request), claim_id=params.claim_id)
     return Response(status_code=204)
-
-
-def _claim_id(claim_id: str) -> ClaimId:
-    """A `claim_id` query parameter: an id, or 400 (a claim that does not hold the message is a 403)."""
-    if not is_valid_id(claim_id):
-        raise InvalidInput(f"claim_id must be a claim id (32 lowercase hex digits); got {claim_id[:40]!r}.")
-    return ClaimId(claim_id)
-
-
-def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId, ClaimId]:
-    if claim_id is None:
-        raise InvalidInput("claim_id is required: the claim that holds the message.")
-    cid = _claim_id(claim_id)
-    if not is_valid_id(message_id):
-        raise MessageNotFound(f"Message {message_id[:40]} does not exist in queue {queue}.")
-    return MessageId(message_id), cid
 
 
 @router.post(
@@ -301,15 +296,16 @@ def _held(message_id: str, claim_id: str | None, queue: str) -> tuple[MessageId,
     responses={403: {"model": ErrorOut}, 404: {"model": ErrorOut}},
 )
 async def release_message(
-    call: CallDep,
-    message_id: str,
-    claim_id: Annotated[str | None, Query(description=CLAIM_ID_DOC)] = None,
-    delay: Annotated[int | None, Query(description=DELAY_DOC)] = None,
+    call: CallDep, params: Annotated[ReleaseQuery, QUERY], mid: MessageIdDep
 ) -> Response:
-    wait = check_release_delay(delay, call.limits)
-    mid, cid = _held(message_id, claim_id, call.q.name)
-    await call.store.release_message(call.q, mid, claim_id=cid, delay=wait)
+    wait = check_release_delay(params.delay, call.limits)
+    await call.store.release_message(call.q, mid, claim_id=params.claim_id, delay=wait)
     return Response(status_code=204)
+
+
+async def _rejection(call: CallDep, request: Request) -> RejectIn:
+    raw = await read_object(request, max_size=call.limits.max_queue_metadata, what="A rejection")
+    return validate_body(RejectIn, raw)
 
 
 @router.post(
@@ -326,14 +322,14 @@ async def release_message(
 )
 async def dead_letter_message(
     call: CallDep,
-    message_id: str,
-    request: Request,
-    claim_id: Annotated[str | None, Query(description=CLAIM_ID_DOC)] = None,
+    body: Annotated[RejectIn, Depends(_rejection)],
+    params: Annotated[RejectQuery, QUERY],
+    mid: MessageIdDep,
 ) -> Response:
-    raw = await read_object(request, max_size=call.limits.max_queue_metadata, what="A rejection")
-    body = validate_body(RejectIn, raw)
-    mid, cid = _held(message_id, claim_id, call.q.name)
     moved = await call.store.dead_letter_message(
-        call.q, mid, claim_id=cid, rejection=Rejection(reason=body.reason, description=body.description)
+        call.q,
+        mid,
+        claim_id=params.claim_id,
+        rejection=Rejection(reason=body.reason, description=body.description),
     )
     return json_response({"outcome": "moved" if moved else "discarded"})

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Request, Response
+from pydantic import Field
 
 from api.deps import (
     ClientIdDep,
@@ -20,8 +21,9 @@ from api.deps import (
     validate_body,
 )
 from api.errors import JSON_PATCH
-from api.params import CheckedRoute, open_query
+from api.params import QUERY, QueryModel
 from api.render import json_response, stamp
+from api.routing import Router
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut, json_body
 from core.errors import (
     InvalidBody,
@@ -35,9 +37,7 @@ from core.metadata import (
 from core.queue_filter import QueueFilter
 from service import queues as queue_cases
 
-router = APIRouter(
-    route_class=CheckedRoute, tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
-)
+router = Router(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
 
 RESERVED_KEYS = (
@@ -67,7 +67,18 @@ PATCH_BODY = {
 }
 
 
-LIST_QUERY = ("marker", "limit", "detailed", "name", "with_count")
+class ListQuery(QueryModel):
+    """The listing's own parameters; any other is a metadata filter (as in Zaqar)."""
+
+    open_query = True
+
+    marker: str | None = Field(None, description="Name of the last queue of the previous page.")
+    limit: int | None = Field(None, description="Page size, 1 to 20.")
+    detailed: bool = False
+    name: str | None = Field(None, description="Only queues whose name holds this text.")
+    with_count: bool = Field(
+        False, description="Add `count`: how many of the project's queues the filters match."
+    )
 
 
 @router.get(
@@ -80,25 +91,20 @@ LIST_QUERY = ("marker", "limit", "detailed", "name", "with_count")
     "filters, keys and values at most 256 characters. A filtered listing (and `with_count`) reads the "
     "project's queues in pages of 100 until the page is full: its cost grows with the project's queues.",
 )
-@open_query
 async def list_queues(
     request: Request,
     store: StoreDep,
     limits: LimitsDep,
     project: ProjectDep,
     _client: ClientIdDep,
-    marker: Annotated[str | None, Query(description="Name of the last queue of the previous page.")] = None,
-    limit: Annotated[int | None, Query(description="Page size, 1 to 20.")] = None,
-    detailed: bool = False,
-    name: Annotated[str | None, Query(description="Only queues whose name holds this text.")] = None,
-    with_count: Annotated[
-        bool, Query(description="Add `count`: how many of the project's queues the filters match.")
-    ] = False,
+    params: Annotated[ListQuery, QUERY],
 ) -> Response:
+    marker, limit, detailed = params.marker, params.limit, params.detailed
+    name, with_count = params.name, params.with_count
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
     if marker is not None:
         check_name(marker, "marker (the name of the last queue of the previous page)")
-    pairs = [(k, v) for k, v in request.query_params.multi_items() if k not in LIST_QUERY]
+    pairs = [(k, v) for k, v in request.query_params.multi_items() if k not in ListQuery.model_fields]
     chosen = QueueFilter.of(name, pairs)
     items, next_marker = await queue_cases.page(store, project, chosen, marker, size, detailed)
     queues = []

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Request, Response
+from pydantic import Field
 
 from api.deps import (
     ClockDep,
@@ -17,17 +18,17 @@ from api.deps import (
     read_object,
     validate_body,
 )
-from api.params import CheckedRoute
+from api.ids import TaskIdDep
+from api.params import QUERY, QueryModel
 from api.render import EPOCH, iso, json_response, messages
+from api.routing import Router
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
-from core.errors import InvalidInput, NotFound
-from core.limits import check_page_limit, check_time_ms, is_valid_id
-from core.models import QueueRef, RedriveSpec, RedriveTask, TaskId
+from core.errors import InvalidInput
+from core.limits import check_page_limit, check_time_ms
+from core.models import QueueRef, RedriveSpec, RedriveTask
 from service import redrive
 
-router = APIRouter(
-    route_class=CheckedRoute, tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}}
-)
+router = Router(tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
 
 def _ms(value: datetime | None, what: str) -> int | None:
@@ -150,6 +151,10 @@ async def start_redrive(
     return json_response(task_out(task), status_code=202, headers={"Location": task_out(task)["href"]})
 
 
+class ListQuery(QueryModel):
+    limit: int | None = Field(None, description="Most tasks to list, 1 to 20.")
+
+
 @router.get(
     "/v2/queues/{queue_name}/redrive",
     response_model=RedriveTasksOut,
@@ -157,19 +162,11 @@ async def start_redrive(
     description='`curl -H "Client-ID: $CID" -H "X-Project-ID: $P" "$BASE/v2/queues/orders.dlq/redrive"`',
 )
 async def list_redrives(
-    q: QueueDep,
-    store: StoreDep,
-    limits: LimitsDep,
-    limit: Annotated[int | None, Query(description="Most tasks to list, 1 to 20.")] = None,
+    q: QueueDep, store: StoreDep, limits: LimitsDep, params: Annotated[ListQuery, QUERY]
 ) -> Response:
+    limit = params.limit
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
     return json_response({"tasks": [task_out(t) for t in await store.list_redrives(q, limit=size)]})
-
-
-def _task_id(task_id: str, q: QueueRef) -> TaskId:
-    if not is_valid_id(task_id):
-        raise NotFound(f"Queue {q.name} has no redrive task {task_id[:40]}.")
-    return TaskId(task_id)
 
 
 @router.get(
@@ -180,8 +177,8 @@ def _task_id(task_id: str, q: QueueRef) -> TaskId:
     '"$BASE/v2/queues/orders.dlq/redrive/$TASK"`',
     responses={404: {"model": ErrorOut}},
 )
-async def get_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
-    return json_response(task_out(await store.get_redrive(q, _task_id(task_id, q))))
+async def get_redrive(q: QueueDep, task_id: TaskIdDep, store: StoreDep) -> Response:
+    return json_response(task_out(await store.get_redrive(q, task_id)))
 
 
 @router.delete(
@@ -192,5 +189,5 @@ async def get_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
     '"$BASE/v2/queues/orders.dlq/redrive/$TASK"`',
     responses={404: {"model": ErrorOut}},
 )
-async def cancel_redrive(q: QueueDep, task_id: str, store: StoreDep) -> Response:
-    return json_response(task_out(await store.cancel_redrive(q, _task_id(task_id, q))))
+async def cancel_redrive(q: QueueDep, task_id: TaskIdDep, store: StoreDep) -> Response:
+    return json_response(task_out(await store.cancel_redrive(q, task_id)))

@@ -1,0 +1,100 @@
+"""The one id parser. Message, claim and redrive-task ids are 32 lowercase hex digits
+(core.limits.is_valid_id), and each kind of id has one answer when it is anything else, on every route:
+
+- in the path, an id names the resource the request is about; other text names no such resource: 404 with
+  the kind's error (MessageNotFound, ClaimNotFound, NotFound for a task), whatever the method. openapi.yaml
+  publishes the pattern and says so. Zaqar answers 404 to GET and PATCH of such a claim and GET of such a
+  message; it answers DELETE of one with 204, which a published pattern cannot allow.
+- in a query parameter (`claim_id`, `ids`), an id is input to an operation on another resource: other text
+  is a 400 naming the parameter, as Zaqar answers a `claim_id` that names no claim on DELETE of a message.
+
+A well-formed id that names nothing is the store's to answer (a claim that does not hold the message: 403).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+from pydantic import AfterValidator, WithJsonSchema
+
+from core.errors import ClaimNotFound, InvalidInput, MessageNotFound, NotFound
+from core.limits import is_valid_id
+from core.models import ClaimId, MessageId, TaskId
+
+ID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+
+
+def _in_path(request: Request, name: str, unknown: Callable[[str, str], NotFound]) -> str:
+    text: str = request.path_params[name]
+    if not is_valid_id(text):
+        raise unknown(text[:40], request.path_params.get("queue_name", ""))
+    return text
+
+
+def message_id(request: Request) -> MessageId:
+    """The path's message id; 404 when it is not one."""
+    return MessageId(_in_path(request, "message_id", _no_message))
+
+
+def claim_id(request: Request) -> ClaimId:
+    """The path's claim id; 404 when it is not one."""
+    return ClaimId(_in_path(request, "claim_id", _no_claim))
+
+
+def task_id(request: Request) -> TaskId:
+    """The path's redrive task id; 404 when it is not one."""
+    return TaskId(_in_path(request, "task_id", _no_task))
+
+
+def _no_message(text: str, queue: str) -> NotFound:
+    return MessageNotFound(f"Message {text} does not exist in queue {queue}.")
+
+
+def _no_claim(text: str, queue: str) -> NotFound:
+    return ClaimNotFound(f"Claim {text} does not exist in queue {queue}.")
+
+
+def _no_task(text: str, queue: str) -> NotFound:
+    return NotFound(f"Queue {queue} has no redrive task {text}.")
+
+
+async def _message_id(request: Request) -> MessageId:
+    return message_id(request)
+
+
+async def _claim_id(request: Request) -> ClaimId:
+    return claim_id(request)
+
+
+async def _task_id(request: Request) -> TaskId:
+    return task_id(request)
+
+
+# For FastAPI routes, declared after the queue (QueueDep, CallDep): a bad queue name is answered first.
+MessageIdDep = Annotated[MessageId, Depends(_message_id)]
+ClaimIdDep = Annotated[ClaimId, Depends(_claim_id)]
+TaskIdDep = Annotated[TaskId, Depends(_task_id)]
+
+
+def _claim_id_param(text: str) -> str:
+    if not is_valid_id(text):
+        raise ValueError("must be a claim id (32 lowercase hex digits)")
+    return text
+
+
+# A `claim_id` query parameter (in a QueryModel): 400 naming it when it is not an id.
+ClaimIdParam = Annotated[ClaimId, AfterValidator(_claim_id_param), WithJsonSchema(ID_SCHEMA)]
+
+
+def message_ids(raw: list[str], max_ids: int) -> list[MessageId]:
+    """The `ids` query parameter: comma-separated (Zaqar's docs) or repeated (python-zaqarclient sends
+    those); at most `max_ids`, each an id; else 400."""
+    ids = [i for part in raw for i in part.split(",")]
+    if len(ids) > max_ids:
+        raise InvalidInput(f"ids may list at most {max_ids} message ids; got {len(ids)}.")
+    for i in ids:
+        if not is_valid_id(i):
+            raise InvalidInput(f"ids lists message ids (32 lowercase hex digits) by commas; got {i[:40]!r}.")
+    return [MessageId(i) for i in ids]

@@ -1,0 +1,127 @@
+"""The one dispatch path: every route sits on the app's own router, and every error, whatever the route, is
+answered by the app's exception handlers (api/errors.py). A route is one of two kinds, declared alike:
+
+- a FastAPI route (`Route`, from `router.get(...)` etc.): FastAPI resolves its dependencies;
+- a plain Starlette route (`router.plain(...)`), for the hot routes: the endpoint takes the Request, and its
+  query model when it has one, and nothing is resolved for it. FastAPI's request handling costs a route
+  about twice what Starlette's does (bench/README.md, "One dispatch path").
+
+Either kind refuses a query parameter it does not take before anything else runs, and reads the values with
+its query model (api/params.py): a plain route before its endpoint runs, a FastAPI route where its endpoint's
+parameters list the model. Its OpenAPI operation is FastAPI's, written from the same declaration: path
+parameters from the path, query parameters from the model. A plain route is documented by an APIRoute that
+serves nothing (`PlainRoute.doc`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute
+from starlette.routing import Route as StarletteRoute
+
+from api.params import QUERY_KEY, operation_parameters, query_model_of
+
+E = TypeVar("E", bound=Callable[..., Awaitable[Response]])
+
+
+def _calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
+    if dependant.call is not None:
+        yield dependant.call
+    for sub in dependant.dependencies:
+        yield from _calls(sub)
+
+
+class Route(APIRoute):
+    """A FastAPI route: checks its query parameters' names first (their values where the endpoint takes
+    them, api.params.QUERY) and documents its path and query parameters."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        self.query_model = query_model_of(*_calls(self.dependant))
+        self.openapi_extra = operation_parameters(path, self.query_model, self.openapi_extra)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def parsed(request: Request) -> Response:
+            request.scope[QUERY_KEY] = (self.query_model, self.query_model.collect(request, self.path))
+            return await handler(request)
+
+        return parsed
+
+
+class PlainRoute(StarletteRoute):
+    """A Starlette route: `endpoint(request)`, or `endpoint(request, query)` when it takes a query model."""
+
+    def __init__(
+        self, path: str, endpoint: Callable[..., Awaitable[Response]], *, methods: list[str], doc: APIRoute
+    ):
+        model = query_model_of(endpoint)
+
+        if model.model_fields:
+
+            async def handle(request: Request) -> Response:
+                return await endpoint(request, model.parse(request, path))
+
+        else:
+
+            async def handle(request: Request) -> Response:
+                if request.scope["query_string"]:
+                    model.parse(request, path)  # refuses any parameter
+                return await endpoint(request)
+
+        super().__init__(path, handle, methods=methods, name=endpoint.__name__, include_in_schema=False)
+        self.endpoint = endpoint
+        self.query_model = model
+        self.doc = doc
+
+
+class Router(APIRouter):
+    """An APIRouter whose FastAPI routes are `Route`s, and which declares plain routes too."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(route_class=Route, **kwargs)
+
+    def plain(
+        self,
+        method: str,
+        path: str,
+        *,
+        responses: dict[int | str, dict[str, Any]] | None = None,
+        openapi_extra: dict[str, Any] | None = None,
+        **operation: Any,
+    ) -> Callable[[E], E]:
+        """Declare a plain route; `operation`: what `router.post(...)` and the like take for the document
+        (status_code, summary, description, response_model)."""
+        assert not self.dependencies, "a plain route resolves no dependency"
+
+        def declare(endpoint: E) -> E:
+            model = query_model_of(endpoint)
+            doc = APIRoute(
+                path,
+                _documents_only,
+                methods=[method],
+                name=endpoint.__name__,
+                tags=list(self.tags),
+                responses={**self.responses, **(responses or {})},
+                openapi_extra=operation_parameters(path, model, openapi_extra),
+                **operation,
+            )
+            self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc))
+            return endpoint
+
+        return declare
+
+
+async def _documents_only() -> Response:
+    raise AssertionError("a plain route's APIRoute only documents it")
+
+
+def documented(routes: Sequence[BaseRoute]) -> list[BaseRoute]:
+    """The routes FastAPI's OpenAPI generator is to see: each plain route as its documenting APIRoute."""
+    return [route.doc if isinstance(route, PlainRoute) else route for route in routes]

@@ -1,0 +1,100 @@
+"""One dispatch path (api/routing.py): every route on the app's own router, each request served by the route
+declared for it, every error answered by the app's exception handlers whichever kind of route raised it."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request, Response
+from fastapi.routing import APIRoute
+from starlette.routing import Match
+from starlette.routing import Route as StarletteRoute
+
+from api.errors import JSON_PATCH
+from api.head import HeadAsGet
+from api.routing import PlainRoute, Router
+from app.main import create_app
+from app.settings import Settings
+from core import errors
+from tests.conftest import api_client
+
+HOT = {"post_messages", "delete_message", "create_claim", "release_claim", "ping"}
+
+
+def _domain_errors() -> list[type[errors.CharonError]]:
+    def walk(cls: type[errors.CharonError]) -> list[type[errors.CharonError]]:
+        return [cls] + [s for sub in cls.__subclasses__() for s in walk(sub)]
+
+    return walk(errors.CharonError)[1:]
+
+
+def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> None:
+    app = create_app(Settings(storage_uri="redis://unused"))
+    plain = [r for r in app.router.routes if isinstance(r, PlainRoute)]
+    assert {r.name for r in plain} == HOT
+    assert not any(isinstance(r, APIRoute) for r in plain)
+    assert [m.cls for m in app.user_middleware] == [HeadAsGet]  # no path around the router
+
+
+def test_each_request_is_served_by_the_route_declared_for_it() -> None:
+    """No route shadows another: for every route, a request to its path with its method is matched first by
+    that route (the router takes the first full match)."""
+    app = create_app(Settings(storage_uri="redis://unused"))
+    for route in app.router.routes:
+        assert isinstance(route, StarletteRoute)
+        path = re.sub(r"{\w+}", "x", route.path)
+        for method in route.methods or ():
+            scope = {"type": "http", "path": path, "method": method, "root_path": "", "path_params": {}}
+            first = next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL)
+            assert first is route, (method, route.path)
+
+
+def _app_raising() -> FastAPI:
+    app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0))
+    router = Router()
+    raised = {e.__name__: e for e in _domain_errors()} | {"RuntimeError": RuntimeError}
+
+    @router.get("/v2/test/fastapi/{error}")
+    async def through_fastapi(request: Request) -> Response:
+        raise raised[request.path_params["error"]]("what to change")
+
+    @router.plain("GET", "/v2/test/plain/{error}")
+    async def through_starlette(request: Request) -> Response:
+        raise raised[request.path_params["error"]]("what to change")
+
+    app.router.routes.extend(router.routes)
+    return app
+
+
+@pytest.mark.parametrize("kind", ["fastapi", "plain"])
+@pytest.mark.parametrize("error", _domain_errors(), ids=lambda e: e.__name__)
+async def test_every_domain_error_answers_its_status_through_both_kinds_of_route(
+    kind: str, error: type[errors.CharonError]
+) -> None:
+    async with api_client(_app_raising()) as client:
+        r = await client.get(f"/v2/test/{kind}/{error.__name__}")
+    assert r.status_code == error.status
+    assert r.json() == {"title": error.title, "description": error("what to change").description}
+    assert r.headers.get("accept-patch") == (JSON_PATCH if error.status == 415 else None)
+
+
+@pytest.mark.parametrize("kind", ["fastapi", "plain"])
+async def test_a_bug_answers_json_500_through_both_kinds_of_route(kind: str) -> None:
+    async with api_client(_app_raising()) as client:
+        transport = client._transport
+        assert isinstance(transport, httpx.ASGITransport)
+        transport.raise_app_exceptions = False
+        r = await client.get(f"/v2/test/{kind}/RuntimeError")
+    assert r.status_code == 500
+    assert r.json()["title"] == "Internal server error"
+    assert "what to change" not in r.text
+
+
+@pytest.mark.parametrize("kind", ["fastapi", "plain"])
+async def test_both_kinds_of_route_refuse_query_parameters_they_do_not_take(kind: str) -> None:
+    async with api_client(_app_raising()) as client:
+        r = await client.get(f"/v2/test/{kind}/NotFound?x=1")
+    assert r.status_code == 400
+    assert "Unknown query parameter 'x'" in r.json()["description"]
