@@ -35,6 +35,7 @@ def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> N
     plain = [r for r in app.router.routes if isinstance(r, PlainRoute)]
     assert {r.name for r in plain} == HOT
     assert not any(isinstance(r, APIRoute) for r in plain)
+    assert app.router.routes[: len(plain)] == plain  # tried first: a regular expression per route tried
     assert [m.cls for m in app.user_middleware] == [HeadAsGet]  # no path around the router
 
 
