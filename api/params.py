@@ -18,6 +18,7 @@ import inspect
 import re
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Self, get_args, get_origin, get_type_hints
+from urllib.parse import parse_qsl
 
 from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -70,7 +71,8 @@ class QueryModel(BaseModel):
         fields = cls._names
         values: dict[str, Any] = {}
         seen: set[str] = set()
-        for name, value in request.query_params.multi_items():
+        # what Starlette's request.query_params reads, without building its multidict (1.5 us a request)
+        for name, value in parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True):
             if name in cls._repeatable:
                 values.setdefault(name, []).append(value)
                 continue
