@@ -23,6 +23,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
+from starlette.types import Receive, Scope, Send
 
 from api.params import QUERY_KEY, operation_parameters, query_model_of
 
@@ -75,7 +76,14 @@ class PlainRoute(StarletteRoute):
                     model.parse(request, path)  # refuses any parameter
                 return await endpoint(request)
 
+        async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+            # No request wrapper of its own (Starlette's `request_response`): an error goes up to the app's
+            # ExceptionMiddleware, which answers it with the app's handlers, as it would have here.
+            response = await handle(Request(scope, receive, send))
+            await response(scope, receive, send)
+
         super().__init__(path, handle, methods=methods, name=endpoint.__name__, include_in_schema=False)
+        self.app = serve
         self.endpoint = endpoint
         self.query_model = model
         self.doc = doc
