@@ -270,11 +270,17 @@ def _links(paths: dict[str, Schema]) -> None:
             }
 
 
+# The order of an operation's keys in openapi.yaml, whatever put them there (FastAPI, a route's openapi_extra)
+OPERATION_KEYS = ("tags", "summary", "description", "operationId", "parameters", "requestBody", "responses")
+
+
 def refine(schema: Schema, limits: Limits) -> None:
     """Make FastAPI's `schema` the exact contract of a service with these `limits` (in place)."""
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
             _parameters(path, operation, limits)
             _responses(path, method, operation)
+            first = [k for k in OPERATION_KEYS if k in operation]
+            operations[method] = {k: operation[k] for k in first + [k for k in operation if k not in first]}
     _links(schema.get("paths", {}))
     _components(schema.setdefault("components", {}).setdefault("schemas", {}), limits)
