@@ -17,13 +17,15 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
-from pydantic import AfterValidator, WithJsonSchema
+from pydantic import GetPydanticSchema, WithJsonSchema
+from pydantic_core import core_schema
 
 from core.errors import ClaimNotFound, InvalidInput, MessageNotFound, NotFound
 from core.limits import is_valid_id
 from core.models import ClaimId, MessageId, TaskId
 
-ID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+ID_PATTERN = "^[0-9a-f]{32}$"
+ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN}
 
 
 def _in_path(request: Request, name: str, unknown: Callable[[str, str], NotFound]) -> str:
@@ -78,14 +80,16 @@ ClaimIdDep = Annotated[ClaimId, Depends(_claim_id)]
 TaskIdDep = Annotated[TaskId, Depends(_task_id)]
 
 
-def _claim_id_param(text: str) -> str:
-    if not is_valid_id(text):
-        raise ValueError("must be a claim id (32 lowercase hex digits)")
-    return text
-
-
-# A `claim_id` query parameter (in a QueryModel): 400 naming it when it is not an id.
-ClaimIdParam = Annotated[ClaimId, AfterValidator(_claim_id_param), WithJsonSchema(ID_SCHEMA)]
+# A `claim_id` query parameter (in a QueryModel): 400 naming it when it is not an id. Checked by pydantic-core
+# (its regex, the one openapi.yaml publishes) rather than a Python validator: half a microsecond a delete.
+_CLAIM_ID_PARAM = core_schema.custom_error_schema(
+    core_schema.str_schema(pattern=ID_PATTERN),
+    custom_error_type="claim_id",
+    custom_error_message="must be a claim id (32 lowercase hex digits)",
+)
+ClaimIdParam = Annotated[
+    ClaimId, GetPydanticSchema(lambda _type, _handler: _CLAIM_ID_PARAM), WithJsonSchema(ID_SCHEMA)
+]
 
 
 def message_ids(raw: list[str], max_ids: int) -> list[MessageId]:

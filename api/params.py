@@ -94,7 +94,7 @@ class QueryModel(BaseModel):
         if isinstance(collected, cls):
             return collected
         try:
-            return cls.model_validate(collected)
+            return cls.__pydantic_validator__.validate_python(collected)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidInput(describe_errors(exc.errors())) from None
 
