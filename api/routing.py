@@ -57,36 +57,35 @@ class Route(APIRoute):
 
 
 class PlainRoute(StarletteRoute):
-    """A Starlette route: `endpoint(request)`, or `endpoint(request, query)` when it takes a query model."""
+    """A Starlette route: `endpoint(request)`, or `endpoint(request, query)` when it takes a query model.
+
+    It has no request wrapper of its own (Starlette's `request_response`): an error goes up to the app's
+    ExceptionMiddleware, which answers it with the app's handlers, as the wrapper would have here."""
 
     def __init__(
         self, path: str, endpoint: Callable[..., Awaitable[Response]], *, methods: list[str], doc: APIRoute
     ):
-        model = query_model_of(endpoint)
+        super().__init__(path, endpoint, methods=methods, include_in_schema=False)
+        model = self.query_model = query_model_of(endpoint)
+        self.doc = doc
 
         if model.model_fields:
 
-            async def handle(request: Request) -> Response:
-                return await endpoint(request, model.parse(request, path))
+            async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+                request = Request(scope, receive, send)
+                response = await endpoint(request, model.parse(request, path))
+                await response(scope, receive, send)
 
         else:
 
-            async def handle(request: Request) -> Response:
-                if request.scope["query_string"]:
+            async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+                request = Request(scope, receive, send)
+                if scope["query_string"]:
                     model.parse(request, path)  # refuses any parameter
-                return await endpoint(request)
+                response = await endpoint(request)
+                await response(scope, receive, send)
 
-        async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-            # No request wrapper of its own (Starlette's `request_response`): an error goes up to the app's
-            # ExceptionMiddleware, which answers it with the app's handlers, as it would have here.
-            response = await handle(Request(scope, receive, send))
-            await response(scope, receive, send)
-
-        super().__init__(path, handle, methods=methods, name=endpoint.__name__, include_in_schema=False)
         self.app = serve
-        self.endpoint = endpoint
-        self.query_model = model
-        self.doc = doc
 
 
 class Router(APIRouter):
