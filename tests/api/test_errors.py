@@ -38,7 +38,7 @@ CASES = [
     ("long-queue-name", "PUT", "/v2/queues/" + "q" * 65, {}, 400, "1 to 64 characters"),
     ("bad-queue-name", "PUT", "/v2/queues/bad$name", {}, 400, "ASCII letters"),
     ("body-not-json", "POST", "/v2/queues/q/messages", {"content": b"{nope"}, 400, "not valid JSON"),
-    # query parameters the hot routes read by hand (api.deps.query_int / query_bool)
+    # query parameters of the hot (plain) routes, parsed by their query models (api/params.py)
     ("claim-limit-not-int", "POST", "/v2/queues/q/claims?limit=ten", {}, 400, "limit: Input should be"),
     ("claim-provenance-not-bool", "POST", "/v2/queues/q/claims?provenance=maybe", {}, 400, "provenance:"),
     ("release-delay-not-int", "DELETE", "/v2/queues/q/claims/" + "a" * 32 + "?delay=1.5", {}, 400, "delay:"),
