@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from api.ids import ID_SCHEMA
+from api.routes.queues import ListQuery
 from core.limits import CLIENT_ID_PATTERN, MAX_MARKER, NAME_RULE, NAME_SCHEMA, PROJECT_ID_MAX_LEN, Limits
 from core.metadata import (
     DEAD_LETTER_ON_EXPIRY,
@@ -127,7 +128,7 @@ def _parameters(path: str, operation: Schema, limits: Limits) -> None:
 def _metadata_filters() -> Schema:
     """Every query parameter of the queue listing besides its own is a metadata filter (Zaqar): OpenAPI says
     that with an object parameter in form style, exploded (each property its own key=value)."""
-    reserved = ["marker", "limit", "detailed", "name", "with_count"]
+    reserved = list(ListQuery.model_fields)  # the listing's own parameters
     return {
         "name": "filters",
         "in": "query",

@@ -1,7 +1,7 @@
 """`charon insights` and `charon export`: the commands over the DLQ insights library (pipeline/).
 
   charon insights --storage-uri redis://127.0.0.1:6379/0 --out ./insights          (local[*])
-  spark-submit --master spark://host:7077 pipeline/job.py --storage-uri ... --out /shared/insights
+  spark-submit --master spark://host:7077 app/submit.py --storage-uri ... --out /shared/insights
 
 Both run main(). The store is the service's: its Settings (CHARON_STORAGE_URI, CHARON_NAMESPACE, and with
 CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --storage-uri and --namespace taking the
@@ -147,7 +147,7 @@ def run_insights(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`charon insights` on its own, as spark-submit runs it (pipeline/job.py)."""
+    """`charon insights` on its own, as spark-submit runs it (app/submit.py)."""
     parser = argparse.ArgumentParser(
         prog="charon insights", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -15,7 +15,6 @@ output.py       the tables and report written to the output directory, and the p
 progress.py     the job's progress on stderr
 export.py       a store's DLQs as JSON Lines (`charon export`)
 errors.py       why the job cannot run (InsightsError, NothingToAnalyse)
-job.py          the spark-submit launcher of `charon insights` (a script; nothing imports it)
 """
 
 DEFAULT_MAX_BODY_BYTES = 65_536  # a longer body is counted as "huge", not parsed

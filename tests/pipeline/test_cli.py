@@ -201,12 +201,12 @@ def test_charon_insights_command(dead_letters: DeadLetters, tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.parametrize("dead_letters", ["redis"], indirect=True)
 def test_spark_submit_runs_the_same_job(dead_letters: DeadLetters, tmp_path: Path) -> None:
-    """`spark-submit pipeline/job.py`, the way a cluster runs it: the master comes from spark-submit."""
+    """`spark-submit app/submit.py`, the way a cluster runs it: the master comes from spark-submit."""
     out = tmp_path / "submitted"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
-         "--conf", "spark.ui.enabled=false", "pipeline/job.py", "--storage-uri", dead_letters.store.uri,
+         "--conf", "spark.ui.enabled=false", "app/submit.py", "--storage-uri", dead_letters.store.uri,
          "--namespace", dead_letters.store.namespace, "--out", str(out), "--max-body-bytes", "4096",
          "--quiet"],
         capture_output=True, text=True, timeout=240, cwd=ROOT, env=env, check=False,
