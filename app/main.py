@@ -102,7 +102,9 @@ def create_app(
     app.state.clock = clock
     app.state.defaults = defaults
     app.state.storage_check = health.StorageCheck()
-    app.state.redrive = RedriveRunner(lambda: app.state.store, lease_ms=int(settings.redrive_lease * 1000))
+    app.state.redrive = RedriveRunner(
+        lambda: app.state.store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)
+    )
     if store is not None:
         app.state.store = store
     register_error_handlers(app)

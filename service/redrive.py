@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.clock import Clock
 from core.errors import CharonError
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
 from service.outage import Outage, stop_if_cancelled
@@ -47,10 +47,12 @@ class Preview:
 
 class RedriveRunner:
     """Steps redrive tasks (store.redrive_step) a batch at a time, at most `max_per_second` moves a second
-    when the task asks for it. Each process has one, with an owner name of its own."""
+    when the task asks for it. Each process has one, with an owner name of its own. It waits on `clock`
+    (the store's), so a test moves time instead of sleeping."""
 
-    def __init__(self, store: Callable[[], Store], *, lease_ms: int = LEASE_MS) -> None:
+    def __init__(self, store: Callable[[], Store], *, clock: Clock, lease_ms: int = LEASE_MS) -> None:
         self._store = store
+        self._clock = clock
         self.lease_ms = lease_ms
         self.owner = uuid.uuid4().hex
         self._running: dict[TaskId, asyncio.Task[RedriveTask | None]] = {}
@@ -69,6 +71,12 @@ class RedriveRunner:
 
             task.add_done_callback(forget)
 
+    async def finished(self, task_id: TaskId) -> None:
+        """Return when this runner no longer runs the task (at once if it does not)."""
+        task = self._running.get(task_id)
+        if task is not None:
+            await asyncio.wait([task])
+
     async def run(self, q: QueueRef, task_id: TaskId, *, raise_errors: bool = False) -> RedriveTask | None:
         """Step the task until it ends, is cancelled, or another runner holds it; returns it as it was last
         seen. An error stops the run (and is raised with `raise_errors`, else logged): the lease then
@@ -80,7 +88,7 @@ class RedriveRunner:
                 task = await store.get_redrive(q, task_id) if task is None else task
                 rate = task.spec.max_per_second
                 batch = min(BATCH, rate) if rate else BATCH
-                began = time.monotonic()
+                began = self._clock.now_ms()
                 before = task.moved
                 task = await store.redrive_step(
                     q, task_id, owner=self.owner, lease_ms=self.lease_ms, batch=batch
@@ -88,10 +96,9 @@ class RedriveRunner:
                 if task.status != "running" or task.owner != self.owner:
                     return task
                 stop_if_cancelled()
-                if rate:
-                    await asyncio.sleep(max(0.0, (task.moved - before) / rate - (time.monotonic() - began)))
-                else:
-                    await asyncio.sleep(0)  # let requests in between batches
+                # at most `rate` moves a second; without one, only let requests in between batches
+                took = (self._clock.now_ms() - began) / 1000
+                await self._clock.sleep((task.moved - before) / rate - took if rate else 0)
         except Exception as exc:
             stop_if_cancelled()
             if raise_errors:
@@ -121,7 +128,7 @@ class RedriveRunner:
                 except Exception as exc:
                     wait = outage.failed(exc)
                 stop_if_cancelled()
-                await asyncio.sleep(wait)
+                await self._clock.sleep(wait)
         finally:
             await self.stop()
 

@@ -15,6 +15,7 @@ from api.schemas import MessageOut, RedrivePreviewOut, RedriveTaskOut
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
+from service.redrive import RedriveRunner
 from storage.base import Store
 from tests.api.test_flows import JSON_PATCH, post_messages
 from tests.conftest import api_client
@@ -191,16 +192,21 @@ async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: Manu
     assert (await client.get(task.href)).json()["status"] == "succeeded"
 
 
-async def test_redrive_as_a_task_then_cancel(client: httpx.AsyncClient, clock: ManualClock) -> None:
+async def test_redrive_as_a_task_then_cancel(store: Store, clock: ManualClock, settings: Settings) -> None:
+    app = create_app(settings, store=store, clock=clock)
+    async with api_client(app) as client:
+        await _redrive_as_a_task_then_cancel(client, app.state.redrive, clock)
+
+
+async def _redrive_as_a_task_then_cancel(
+    client: httpx.AsyncClient, runner: RedriveRunner, clock: ManualClock
+) -> None:
     await dead_letter_all(client, "orders", *range(20))
     r = await client.post("/v2/queues/orders.dlq/redrive", json={"destination": "replay"})
     assert r.status_code == 202, r.text
     href = r.headers["location"]
-    for _ in range(200):
-        task = (await client.get(href)).json()
-        if task["status"] != "running":
-            break
-        await asyncio.sleep(0.02)
+    await runner.finished(href.rsplit("/", 1)[1])
+    task = (await client.get(href)).json()
     assert (task["status"], task["progress"]["moved"]) == ("succeeded", 20)
     assert task["request"] == {"destination": "replay"}
     assert (await client.get("/v2/queues/replay/stats")).json()["messages"]["total"] == 20
@@ -208,19 +214,23 @@ async def test_redrive_as_a_task_then_cancel(client: httpx.AsyncClient, clock: M
     clock.advance(1)
     r = await client.post("/v2/queues/orders.dlq/redrive", json={"max_per_second": 1})
     assert r.status_code == 202
+    task_id = r.headers["location"].rsplit("/", 1)[1]
+    # the runner moves a batch of 1 and waits a second on the clock (no lifespan here: no adoption loop)
+    await asyncio.wait_for(clock.sleepers(), timeout=30)
     cancelled = (await client.delete(r.headers["location"])).json()
     assert cancelled["status"] == "cancelled"
-    await asyncio.sleep(1.2)  # a runner mid-batch stops at its next step
+    clock.advance(1)  # the runner wakes for its next batch, and finds the task cancelled
+    await runner.finished(task_id)
     after = (await client.get(r.headers["location"])).json()
     assert after["status"] == "cancelled"
-    assert after["progress"]["moved"] <= 2
+    assert after["progress"]["moved"] == 1  # its first batch, and nothing after the cancel
     listed = (await client.get("/v2/queues/orders.dlq/redrive")).json()["tasks"]
     assert [(t["href"], t["status"]) for t in listed] == [
         (r.headers["location"], "cancelled"),
         (href, "succeeded"),
     ]
     assert (await client.get("/v2/queues/orders.dlq/redrive?limit=21")).status_code == 400
-    assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] >= 3
+    assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] == 4
 
 
 @pytest.mark.parametrize(

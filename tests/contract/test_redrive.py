@@ -172,11 +172,22 @@ async def test_tasks_are_listed_newest_first(store: Store, clock: ManualClock) -
     assert await store.list_redrives(Q, limit=10) == []  # per DLQ
 
 
+async def run_out(runner: RedriveRunner, task_id: TaskId, clock: ManualClock) -> None:
+    """Let `runner` run the task to its end, moving the clock on each time it waits between batches."""
+    finished = asyncio.ensure_future(runner.finished(task_id))
+    while not finished.done():
+        asleep = asyncio.ensure_future(clock.sleepers())
+        await asyncio.wait([finished, asleep], return_when=asyncio.FIRST_COMPLETED)
+        asleep.cancel()
+        clock.advance(1)
+
+
 async def test_a_runner_that_stops_hands_its_tasks_over_at_once(store: Store, clock: ManualClock) -> None:
     """A process shutting down (RedriveRunner.stop) ends its leases: another runner adopts the task at once,
     without waiting for the lease to lapse, and finishes it."""
     ids = await dead_letter(store, Q, *range(6))
-    leaving, staying = RedriveRunner(lambda: store), RedriveRunner(lambda: store)
+    leaving = RedriveRunner(lambda: store, clock=clock)
+    staying = RedriveRunner(lambda: store, clock=clock)
     task_id = TaskId(uuid.uuid4().hex)
     await store.create_redrive(
         DLQ, task_id, RedriveSpec(max_per_second=3), owner=leaving.owner, lease_ms=leaving.lease_ms
@@ -185,16 +196,12 @@ async def test_a_runner_that_stops_hands_its_tasks_over_at_once(store: Store, cl
     await store.release_redrive(DLQ, task_id, owner="other")  # only the holder can end its lease
     assert await store.lease_redrives("other", lease_ms=LEASE_MS, limit=5) == []
     leaving.start(DLQ, task_id)
-    for _ in range(100):  # it moves a batch of 3, then waits a second (max_per_second 3): stop it there
-        if (await store.get_redrive(DLQ, task_id)).moved == 3:
-            break
-        await asyncio.sleep(0.02)
+    # it moves a batch of 3, then waits a second on the clock (max_per_second 3): stop it there
+    await asyncio.wait_for(clock.sleepers(), timeout=30)
+    assert (await store.get_redrive(DLQ, task_id)).moved == 3
     await leaving.stop()
     assert await staying.adopt() == 1
-    for _ in range(100):
-        task = await store.get_redrive(DLQ, task_id)
-        if task.status != "running":
-            break
-        await asyncio.sleep(0.1)
+    await asyncio.wait_for(run_out(staying, task_id, clock), timeout=60)
+    task = await store.get_redrive(DLQ, task_id)
     assert (task.status, task.moved, task.owner) == ("succeeded", 6, staying.owner)
     assert len(await store.get_messages(Q, ids)) == 6

@@ -51,7 +51,7 @@ async def test_the_sweeper_stops_when_cancelled(store: Store, clock: ManualClock
 
 
 async def test_redrive_adoption_stops_when_cancelled(store: Store, clock: ManualClock) -> None:
-    runner = RedriveRunner(lambda: store)
+    runner = RedriveRunner(lambda: store, clock=clock)
     await cancel_at_random_instants(runner.run_forever)
 
 
@@ -63,7 +63,7 @@ async def test_a_redrive_run_stops_when_cancelled(store: Store, clock: ManualClo
         result = await store.claim(Q, ttl=60, grace=60, limit=10)
         assert result.claim is not None
         await store.release_claim(Q, result.claim.id)
-    runner = RedriveRunner(lambda: store)
+    runner = RedriveRunner(lambda: store, clock=clock)
     task_id = TaskId(uuid.uuid4().hex)
     spec = RedriveSpec(max_per_second=1)
     await store.create_redrive(DLQ, task_id, spec, owner=runner.owner, lease_ms=runner.lease_ms)
