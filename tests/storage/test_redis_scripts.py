@@ -1,5 +1,5 @@
 """Redis driver internals: scripts survive SCRIPT FLUSH and closed connections, the sweeper's index, the
-bound on script connections (the layout: test_layout.py)."""
+bound on script connections and its wait (the layout: test_layout.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import asyncio
 import redis.asyncio as aioredis
 
 from core.clock import ManualClock
+from core.errors import StorageUnavailable
 from storage.redis.keys import full_scan_key, touched_key
+from storage.redis.runner import Script, ScriptRunner
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
+from tests.servers import RedisServer
 
 
 async def test_scripts_reload_after_script_flush(redis_store: RedisStore, redis_url: str) -> None:
@@ -70,3 +73,31 @@ async def test_a_burst_of_first_calls_succeeds_and_leaves_few_connections(
     clients = await admin.client_list()
     await admin.aclose()
     assert len(clients) <= 64 + 10  # + redis-py's own pool, this admin client
+
+
+async def test_a_call_that_waits_past_the_timeout_for_a_connection_is_unavailable_and_did_not_run() -> None:
+    """With all MAX_CONNECTIONS script connections busy (the server paused), a call past them waits for one
+    at most the storage timeout, then fails as StorageUnavailable (a 503 saying nothing was done), and it
+    never runs; the calls that held connections finish once the server answers."""
+    server = RedisServer().start()  # its own: CLIENT PAUSE stops every client of the server
+    client = aioredis.Redis.from_url(server.url, socket_timeout=30)
+    runner = ScriptRunner(client, timeout=0.5)
+    count = Script("count", "return redis.call('INCR', KEYS[1])", write=True)
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await runner(count, ["n"], [])  # loaded and one connection kept
+        await admin.execute_command("CLIENT", "PAUSE", 2000, "WRITE")
+        calls = 100
+        outcomes = await asyncio.gather(
+            *(runner(count, ["n"], []) for _ in range(calls)), return_exceptions=True
+        )
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        assert len(failed) == calls - ScriptRunner.MAX_CONNECTIONS
+        assert all(type(e) is StorageUnavailable for e in failed), failed[:3]
+        assert "All 64 Redis connections stayed busy for 0.5 s" in failed[0].description
+        assert int(await admin.get("n")) == 1 + ScriptRunner.MAX_CONNECTIONS  # the refused ones never ran
+    finally:
+        await runner.aclose()
+        await client.aclose()
+        await admin.aclose()
+        server.stop()
