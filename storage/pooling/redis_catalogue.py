@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from core.models import QueueRef
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.pooling.catalogue import SHOWN_QUEUES, Flavor, Pool, pool_in_use
-from storage.redis.runner import unavailable_as_domain_error
+from storage.redis.runner import Script, ScriptRunner, unavailable_as_domain_error
 from storage.redis.store import RedisStore
 
 
@@ -26,24 +26,32 @@ def _queue(member: str) -> QueueRef:
     return QueueRef(project, name)
 
 
-def _script(client: aioredis.Redis | aioredis.RedisCluster, name: str) -> Any:
+def _script(name: str) -> Script:
+    """A catalogue script; each changes the catalogue (a failure once sent: the outcome is unknown)."""
     source = (resources.files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-    return client.register_script(source)
+    return Script(name, source, write=True)
+
+
+PLACE, UNPLACE, DELETE_POOL = _script("place"), _script("unplace"), _script("delete_pool")
 
 
 class RedisCatalogue:
-    def __init__(self, client: aioredis.Redis | aioredis.RedisCluster, *, namespace: str = "charon") -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis | aioredis.RedisCluster,
+        *,
+        namespace: str = "charon",
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         self._client = client
+        self._scripts = ScriptRunner(client, timeout=timeout)  # the driver's one way of running a script
         self._prefix = f"{namespace}:{{catalogue}}:"
-        self._place = _script(client, "place")
-        self._unplace = _script(client, "unplace")
-        self._delete_pool = _script(client, "delete_pool")
 
     @classmethod
     def from_url(
         cls, url: str, *, namespace: str = "charon", timeout: float = DEFAULT_TIMEOUT_S
     ) -> RedisCatalogue:
-        return cls(RedisStore.client_from_url(url, timeout), namespace=namespace)
+        return cls(RedisStore.client_from_url(url, timeout), namespace=namespace, timeout=timeout)
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}{name}"
@@ -65,10 +73,8 @@ class RedisCatalogue:
         return [Pool.of(str(name), orjson.loads(raw)) for name, raw in sorted(docs.items())]
 
     async def delete_pool(self, name: str) -> None:
-        async with unavailable_as_domain_error():
-            count, *shown = await self._delete_pool(
-                keys=[self._key("pools"), self._key(f"in:{name}")], args=[name, SHOWN_QUEUES]
-            )
+        keys = [self._key("pools"), self._key(f"in:{name}")]
+        count, *shown = await self._scripts(DELETE_POOL, keys, [name, SHOWN_QUEUES])
         if count:
             raise pool_in_use(name, int(count), [_queue(m) for m in sorted(shown)])
 
@@ -107,8 +113,7 @@ class RedisCatalogue:
             self._key(f"refs:{member}"),
             self._key("generation"),
         ]
-        async with unavailable_as_domain_error():
-            placed = await self._place(keys=keys, args=[member, pool, referrer or ""])
+        placed = await self._scripts(PLACE, keys, [member, pool, referrer or ""])
         return str(placed) if placed is not None else None
 
     async def referrers(self, q: QueueRef) -> dict[str, str]:
@@ -121,9 +126,8 @@ class RedisCatalogue:
         args: list[Any] = [member, self._key("in:")]
         for name, token in stale.items():
             args += [name, token]
-        async with unavailable_as_domain_error():
-            keys = [self._key("placements"), self._key(f"refs:{member}")]
-            gone = await self._unplace(keys=keys, args=args)
+        keys = [self._key("placements"), self._key(f"refs:{member}")]
+        gone = await self._scripts(UNPLACE, keys, args)
         return bool(gone)
 
     async def ping(self) -> None:
@@ -131,4 +135,5 @@ class RedisCatalogue:
             await self._client.ping()
 
     async def aclose(self) -> None:
+        await self._scripts.aclose()
         await self._client.aclose()

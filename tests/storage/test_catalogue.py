@@ -7,12 +7,14 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aioredis
 
-from core.errors import Conflict
+from core.errors import Conflict, OutcomeUnknown
 from core.models import QueueRef
 from storage.pooling.catalogue import Catalogue, Pool
 from storage.pooling.mongo_catalogue import MongoCatalogue
 from storage.pooling.redis_catalogue import RedisCatalogue
+from tests.servers import RedisServer
 
 P = "project-a"
 
@@ -108,3 +110,21 @@ async def test_referrer_names_with_dots_round_trip(catalogue: Catalogue) -> None
     dlq = QueueRef(P, "dlq")
     await catalogue.place(dlq, "a", referrer="billing.v2.orders")
     assert set(await catalogue.referrers(dlq)) == {"billing.v2.orders"}
+
+
+async def test_a_placement_that_times_out_once_sent_is_an_unknown_outcome() -> None:
+    """The catalogue's scripts run like the driver's (ScriptRunner): a place sent to a server that answers
+    too late says the outcome is unknown (503, "may have been made"), never "nothing changed": a script
+    sent may run after the answer (not here: the paused server drops it with the dropped connection)."""
+    server = RedisServer().start()  # its own: CLIENT PAUSE stops every client of the server
+    cat = RedisCatalogue.from_url(server.url, namespace="t", timeout=0.3)
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await cat.put_pool(Pool("a", "redis://a", 1))
+        await admin.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+        with pytest.raises(OutcomeUnknown):
+            await cat.place(QueueRef(P, "orders"), "a")
+    finally:
+        await cat.aclose()
+        await admin.aclose()
+        server.stop()
