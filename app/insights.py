@@ -38,19 +38,24 @@ def _exit_code(e: InsightsError) -> int:
 
 
 def store_of(args: argparse.Namespace) -> load.DeadLetterStore | None:
-    """The store the service would open, with --storage-uri and --namespace in place of their settings;
-    None when none is configured (the service would start an embedded one)."""
+    """The store the service would open (with CHARON_POOLING, every pool of its catalogue), --namespace in
+    place of its setting; --storage-uri names one store, read as it is, pooling or not. None when none is
+    configured (the service would start an embedded one)."""
     try:
         settings = Settings()
     except ValidationError as e:
         raise InsightsError(f"the CHARON_ settings are not valid: {e}") from None
-    given = {"storage_uri": args.storage_uri, "namespace": args.namespace}
-    settings = settings.model_copy(update={k: v for k, v in given.items() if v})
+    namespace = args.namespace or settings.namespace
+    if args.storage_uri:
+        return load.DeadLetterStore(args.storage_uri, namespace)
     uri = settings.store_uri()
-    return None if uri is None else load.DeadLetterStore(uri, settings.namespace, pooled=settings.pooling)
+    return None if uri is None else load.DeadLetterStore(uri, namespace, pooled=settings.pooling)
 
 
-STORAGE_URI_HELP = "the store (default: CHARON_STORAGE_URI; with CHARON_POOLING, every pool)"
+STORAGE_URI_HELP = (
+    "read this one store (default: the service's: CHARON_STORAGE_URI, or with CHARON_POOLING every pool of "
+    "the catalogue in CHARON_MANAGEMENT_URI)"
+)
 NAMESPACE_HELP = "key/collection prefix (default: CHARON_NAMESPACE or charon)"
 
 

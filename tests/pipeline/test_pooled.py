@@ -3,6 +3,7 @@ through the catalogue as the service's settings name it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pyspark.sql import SparkSession
 from app.cli import main
 from pipeline import purepython
 from pipeline.aggregate import TABLES
+from storage.pooling.redis_catalogue import RedisCatalogue
 from storage.registry import open_export
 from tests.pipeline.conftest import PROJECTS, DeadLetters
 from tests.pipeline.test_insights import from_store, records, tables
@@ -69,3 +71,25 @@ def test_commands_read_the_pools_the_settings_name(
     expected = purepython.analyse(data.records)
     for name in TABLES:
         assert pq.read_table(out / "tables" / f"{name}.parquet").to_pylist() == expected[name], name
+
+
+def test_a_storage_uri_given_reads_that_one_store(
+    pooled_dead_letters: DeadLetters, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the service's pooled settings in the environment, --storage-uri still names the store that is
+    read: one pool, as a plain store (it was silently replaced by the catalogue)."""
+    data = pooled_dead_letters
+    monkeypatch.setenv("CHARON_POOLING", "true")
+    monkeypatch.setenv("CHARON_MANAGEMENT_URI", data.store.uri)
+    monkeypatch.setenv("CHARON_NAMESPACE", data.store.namespace)
+    catalogue = RedisCatalogue.from_url(data.store.uri, namespace=data.store.namespace)
+    blue = next(p for p in asyncio.run(catalogue.list_pools()) if p.name.startswith("blue"))
+    assert data.pools is not None
+    project = next(p for p, pool in data.pools.items() if pool == blue.name)
+    dlqs = sorted({d for shop in data.shops.values() for d in shop.dlqs})
+    args = ["export", "--storage-uri", blue.uri, *(a for q in dlqs for a in ("--queue", q))]
+    assert main(args) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(line["id"] for line in lines) == sorted(
+        r["id"] for r in data.records if r["project"] == project
+    )
