@@ -17,19 +17,20 @@ from pymongo.database import Database
 from core.errors import StorageUnavailable
 from storage.export import PAGE_SIZE, Extent, Page, Slice, Value, shown
 from storage.mongodb.schema import (
+    COUNTER,
+    COUNTER_PROJECT_PATH,
     MARKER_INDEX,
+    PROJECT,
+    QUEUE,
     Collection,
-    CounterField,
-    DeadLetterField,
-    MessageField,
-    QueueField,
     policy_of,
 )
+from storage.mongodb.schema import DEAD_LETTER as DL
+from storage.mongodb.schema import MESSAGE as M
 
 SERVER_SELECTION_TIMEOUT_MS = 5_000
 
 Doc = dict[str, Any]
-M, DL = MessageField, DeadLetterField
 # The export's provenance columns as fields of a message's `dl` sub-document.
 DEAD_LETTER_COLUMNS = {
     "source_queue": DL.SOURCE,
@@ -69,7 +70,9 @@ class MongoExport:
             queues = self._dead_letter_queues(db, project)
         else:
             projects = (
-                [project] if project else sorted(db[Collection.PROJECTS.of(self.namespace)].distinct("_id"))
+                [project]
+                if project
+                else sorted(db[Collection.PROJECTS.of(self.namespace)].distinct(PROJECT.ID))
             )
             queues = [(p, n) for p in projects for n in names]
         messages = db[Collection.MESSAGES.of(self.namespace)]
@@ -87,16 +90,16 @@ class MongoExport:
 
     def _dead_letter_queues(self, db: Database[Doc], project: str | None) -> list[tuple[str, str]]:
         """The queues that some queue names as its DLQ or that have received dead letters."""
-        only = {QueueField.PROJECT: project} if project else {}
+        only = {QUEUE.PROJECT: project} if project else {}
         existing, named = set(), set()
-        fields = {QueueField.PROJECT: 1, QueueField.NAME: 1, QueueField.POLICY: 1}
+        fields = {QUEUE.PROJECT: 1, QUEUE.NAME: 1, QUEUE.POLICY: 1}
         for d in db[Collection.QUEUES.of(self.namespace)].find(only, fields):
-            existing.add((d[QueueField.PROJECT], d[QueueField.NAME]))
+            existing.add((d[QUEUE.PROJECT], d[QUEUE.NAME]))
             dlq = policy_of(d).dead_letter_queue
             if dlq is not None:
-                named.add((d[QueueField.PROJECT], dlq))
-        C = CounterField
-        received = {C.RECEIVED: {"$gt": 0}, **({f"{C.ID}.{C.PROJECT}": project} if project else {})}
+                named.add((d[QUEUE.PROJECT], dlq))
+        C = COUNTER
+        received = {C.RECEIVED: {"$gt": 0}, **({COUNTER_PROJECT_PATH: project} if project else {})}
         for d in db[Collection.COUNTERS.of(self.namespace)].find(received, {C.ID: 1}):
             named.add((d[C.ID][C.PROJECT], d[C.ID][C.QUEUE]))
         return sorted(named & existing)
