@@ -8,6 +8,7 @@ from core.metadata import QueuePolicy
 from core.models import ClaimId, QueueRef
 from storage.mongodb.moves import dead_letter
 from storage.mongodb.queries import CLAIM_FIELDS, Doc, claim_candidates, claimable
+from storage.mongodb.schema import MESSAGE as M
 from storage.mongodb.schema import Collections, gc_at
 
 CLAIM_ROUNDS = 1000  # a claim stops after this many rounds that lost every candidate to other claimers
@@ -37,17 +38,21 @@ async def take_messages(
     """
     guard = claimable(q, now)
     if policy.max_claim_count is not None:
-        guard["cc"] = {"$lt": policy.max_claim_count}
+        guard[M.CLAIM_COUNT] = {"$lt": policy.max_claim_count}
     got = moved = discarded = 0
     claimed: list[Doc] | None = []
     for _ in range(CLAIM_ROUNDS):
         candidates = await claim_candidates(c, q, now, limit - got, CLAIM_FIELDS).to_list()
         if not candidates:
             break
-        spent = [(d, {"vis": {"$lte": now}, "cc": d["cc"]}) for d in candidates if policy.exhausted(d["cc"])]
+        spent = [
+            (d, {M.VISIBLE: {"$lte": now}, M.CLAIM_COUNT: d[M.CLAIM_COUNT]})
+            for d in candidates
+            if policy.exhausted(d[M.CLAIM_COUNT])
+        ]
         m, d = await dead_letter(c, q, policy, spent, now=now, reason="max_claims")
         moved, discarded = moved + m, discarded + d
-        fresh = [d for d in candidates if not policy.exhausted(d["cc"])]
+        fresh = [d for d in candidates if not policy.exhausted(d[M.CLAIM_COUNT])]
         n = await _claim_fresh(c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until)
         got += n
         if claimed is not None and n == len(fresh):
@@ -61,14 +66,14 @@ async def take_messages(
 
 def _as_claimed(doc: Doc, claim_id: ClaimId, until: int, keep_until: int, policy: QueuePolicy) -> Doc:
     """A candidate's document with what _claim_fresh wrote to it."""
-    wait = policy.backoff.wait_ms(doc["_id"], doc["cc"] + 1) if policy.backoff else 0
+    wait = policy.backoff.wait_ms(doc[M.ID], doc[M.CLAIM_COUNT] + 1) if policy.backoff else 0
     return {
         **doc,
-        "c": claim_id,
-        "ce": until,
-        "vis": until + wait,
-        "cc": doc["cc"] + 1,
-        "e": max(doc["e"], keep_until),
+        M.CLAIM: claim_id,
+        M.CLAIM_END: until,
+        M.VISIBLE: until + wait,
+        M.CLAIM_COUNT: doc[M.CLAIM_COUNT] + 1,
+        M.EXPIRES: max(doc[M.EXPIRES], keep_until),
     }
 
 
@@ -91,22 +96,23 @@ async def _claim_fresh(
     if not fresh:
         return 0
     update: Doc = {
-        "$set": {"c": claim_id, "ce": until, "vis": until},
-        "$inc": {"cc": 1},
-        "$max": {"e": keep_until, "gc": gc_at(keep_until)},
+        "$set": {M.CLAIM: claim_id, M.CLAIM_END: until, M.VISIBLE: until},
+        "$inc": {M.CLAIM_COUNT: 1},
+        "$max": {M.EXPIRES: keep_until, M.GC: gc_at(keep_until)},
     }
     backoff = policy.backoff
     if backoff is None:
-        r = await c.messages.update_many({"_id": {"$in": [d["_id"] for d in fresh]}, **guard}, update)
+        r = await c.messages.update_many({M.ID: {"$in": [d[M.ID] for d in fresh]}, **guard}, update)
         return r.modified_count
     groups: dict[tuple[int, int], list[Any]] = {}
     for d in fresh:
-        groups.setdefault((d["cc"], backoff.wait_ms(d["_id"], d["cc"] + 1)), []).append(d["_id"])
+        cc = d[M.CLAIM_COUNT]
+        groups.setdefault((cc, backoff.wait_ms(d[M.ID], cc + 1)), []).append(d[M.ID])
     got = 0
     for (cc, wait), ids in groups.items():
-        set_fields = {"c": claim_id, "ce": until, "vis": until + wait, "bo": wait}
+        set_fields = {M.CLAIM: claim_id, M.CLAIM_END: until, M.VISIBLE: until + wait, M.BACKOFF: wait}
         r = await c.messages.update_many(
-            {"_id": {"$in": ids}, **guard, "cc": cc}, {**update, "$set": set_fields}
+            {M.ID: {"$in": ids}, **guard, M.CLAIM_COUNT: cc}, {**update, "$set": set_fields}
         )
         got += r.modified_count
     return got

@@ -13,7 +13,7 @@ from pymongo.errors import DuplicateKeyError
 from core.errors import MetadataChanged
 from core.metadata import QueuePolicy
 from core.models import QueueRef
-from storage.mongodb.schema import Collections, policy_doc, queue_key
+from storage.mongodb.schema import PROJECT, QUEUE, Collections, policy_doc, queue_key
 
 STALE = "The queue metadata of this project changed meanwhile; read it again."
 
@@ -23,13 +23,15 @@ async def bump_version(
 ) -> None:
     """Bump the project's metadata version; MetadataChanged when it is no longer `expected` (None: bump
     regardless)."""
+    p = PROJECT
+    bump = {"$inc": {p.METADATA_VERSION: 1}}
     if expected is None:
-        await c.projects.update_one({"_id": project}, {"$inc": {"mver": 1}}, upsert=True, session=session)
+        await c.projects.update_one({p.ID: project}, bump, upsert=True, session=session)
         return
     try:
         # Version 0 is "no document yet": the upsert creates it, and fails if it exists with another.
         r = await c.projects.update_one(
-            {"_id": project, "mver": expected}, {"$inc": {"mver": 1}}, upsert=expected == 0, session=session
+            {p.ID: project, p.METADATA_VERSION: expected}, bump, upsert=expected == 0, session=session
         )
     except DuplicateKeyError:
         raise MetadataChanged(STALE) from None
@@ -52,8 +54,8 @@ async def write_metadata(
     await c.queues.update_one(
         queue_key(q),
         {
-            "$set": {"meta": orjson.dumps(dict(metadata)).decode(), "pol": policy_doc(policy)},
-            "$setOnInsert": {"cr": now},
+            "$set": {QUEUE.META: orjson.dumps(dict(metadata)).decode(), QUEUE.POLICY: policy_doc(policy)},
+            "$setOnInsert": {QUEUE.CREATED: now},
         },
         upsert=True,
         session=session,

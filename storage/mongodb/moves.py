@@ -17,7 +17,9 @@ from core.metadata import QueuePolicy
 from core.models import DeadLetterReason, QueueRef, Rejection
 from storage.mongodb.counters import count, ensure_queue, move_with_markers
 from storage.mongodb.queries import Doc, lapsed
-from storage.mongodb.schema import Collections, gc_at
+from storage.mongodb.schema import COUNTER, UNCLAIMED, Collections, gc_at
+from storage.mongodb.schema import DEAD_LETTER as DL
+from storage.mongodb.schema import MESSAGE as M
 
 HOUSEKEEP_BATCH = 100  # lapsed claims one housekeeping call ends, so each call's work is bounded
 
@@ -43,56 +45,56 @@ async def dead_letter(
     """
     if not moves:
         return 0, 0
-    dropped = [(d, g) for d, g in moves if policy.dead_letter_queue is None or d.get("ne")]
+    dropped = [(d, g) for d, g in moves if policy.dead_letter_queue is None or d.get(M.NOT_ELIGIBLE)]
     discarded = 0
     for doc, guard in dropped:
-        match = {"_id": doc["_id"], "p": src.project, "q": src.name, **guard}
+        match = {M.ID: doc[M.ID], M.PROJECT: src.project, M.QUEUE: src.name, **guard}
         discarded += (await c.messages.delete_one(match)).deleted_count
     if discarded:
-        await count(c, src, "n_disc", discarded)
+        await count(c, src, COUNTER.DISCARDED, discarded)
     if policy.dead_letter_queue is None:
         return 0, discarded
     target = QueueRef(src.project, policy.dead_letter_queue)
     await ensure_queue(c, target, now)
     writes = []
     for doc, guard in moves:
-        if doc.get("ne"):
+        if doc.get(M.NOT_ELIGIBLE):
             continue
         if reason == "expired":
             e = now + (policy.expired_ttl or 0) * 1000
         elif policy.dead_letter_ttl:
             e = now + policy.dead_letter_ttl * 1000
         else:
-            e = doc["e"]
-        previous = doc.get("dl") or {}
+            e = doc[M.EXPIRES]
+        previous = doc.get(M.DEAD_LETTER) or {}
         provenance = {
-            "src": src.name,
-            "rsn": reason,
-            "cc": doc["cc"],
-            "at": now,
-            "first": previous.get("first", doc["cr"]),
-            "rc": previous.get("rc", 0),
+            DL.SOURCE: src.name,
+            DL.REASON: reason,
+            DL.CLAIM_COUNT: doc[M.CLAIM_COUNT],
+            DL.AT: now,
+            DL.FIRST: previous.get(DL.FIRST, doc[M.CREATED]),
+            DL.REDRIVES: previous.get(DL.REDRIVES, 0),
         }
         if rejection is not None and rejection.reason is not None:
-            provenance["rr"] = rejection.reason
+            provenance[DL.REJECT_REASON] = rejection.reason
         if rejection is not None and rejection.description is not None:
-            provenance["rd"] = rejection.description
+            provenance[DL.REJECT_DESCRIPTION] = rejection.description
         fields = {
-            "cc": 0,
-            "av": now,
-            "vis": now,
-            "cr": now,
-            "t": math.ceil((e - now) / 1000),
-            "e": e,
-            "gc": gc_at(e),
-            "dl": provenance,
+            M.CLAIM_COUNT: 0,
+            M.AVAILABLE: now,
+            M.VISIBLE: now,
+            M.CREATED: now,
+            M.TTL: math.ceil((e - now) / 1000),
+            M.EXPIRES: e,
+            M.GC: gc_at(e),
+            M.DEAD_LETTER: provenance,
         }
-        match = {"_id": doc["_id"], "p": src.project, "q": src.name, **guard}
-        writes.append((match, {"$set": fields, "$unset": {"c": "", "ce": "", "bo": ""}}))
+        match = {M.ID: doc[M.ID], M.PROJECT: src.project, M.QUEUE: src.name, **guard}
+        writes.append((match, {"$set": fields, "$unset": UNCLAIMED}))
     moved = await move_with_markers(c, target, writes)
     if moved:
-        await count(c, src, "n_dl", moved)
-        await count(c, target, "n_rcv", moved)
+        await count(c, src, COUNTER.DEAD_LETTERED, moved)
+        await count(c, target, COUNTER.RECEIVED, moved)
     return moved, discarded
 
 
@@ -105,14 +107,18 @@ async def housekeep(c: Collections, q: QueueRef, now: int, policy: QueuePolicy |
     if policy is None:
         policy = await c.policy(q)
     # Guard on the very claim that lapsed: a message claimed again meanwhile is left to its new claim.
-    moves = [(d, {"c": d["c"], "ce": d["ce"]}) for d in ended if policy.exhausted(d["cc"])]
+    moves = [
+        (d, {M.CLAIM: d[M.CLAIM], M.CLAIM_END: d[M.CLAIM_END]})
+        for d in ended
+        if policy.exhausted(d[M.CLAIM_COUNT])
+    ]
     await dead_letter(c, q, policy, moves, now=now, reason="max_claims")
-    back = [d for d in ended if not policy.exhausted(d["cc"])]
+    back = [d for d in ended if not policy.exhausted(d[M.CLAIM_COUNT])]
     # A message waiting out its redelivery backoff (vis past now) shows as delayed from here on.
-    for vis, ids in group_ids(back, lambda d: max(d.get("vis", 0), now)).items():
+    for vis, ids in group_ids(back, lambda d: max(d.get(M.VISIBLE, 0), now)).items():
         await c.messages.update_many(
-            {"_id": {"$in": ids}, "ce": {"$lte": now}},
-            {"$unset": {"c": "", "ce": "", "bo": ""}, "$set": {"av": vis}},
+            {M.ID: {"$in": ids}, M.CLAIM_END: {"$lte": now}},
+            {"$unset": UNCLAIMED, "$set": {M.AVAILABLE: vis}},
         )
     return len(ended)
 
@@ -121,5 +127,5 @@ def group_ids(docs: Sequence[Doc], key: Callable[[Doc], int]) -> dict[int, list[
     """The documents' ids grouped by `key` (one update_many per distinct value)."""
     groups: dict[int, list[Any]] = {}
     for d in docs:
-        groups.setdefault(key(d), []).append(d["_id"])
+        groups.setdefault(key(d), []).append(d[M.ID])
     return groups

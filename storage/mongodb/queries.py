@@ -9,18 +9,28 @@ from pymongo.asynchronous.cursor import AsyncCursor
 
 from core.models import ClaimId, QueueRef
 from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, MARKER_INDEX, Collections
+from storage.mongodb.schema import MESSAGE as M
 
 Doc = dict[str, Any]
 # The fields a dead-letter move reads from the message it moves (the claim fields let a caller guard on them).
-MOVE_FIELDS = {"cc": 1, "cr": 1, "e": 1, "dl": 1, "c": 1, "ce": 1, "ne": 1, "vis": 1}
+MOVE_FIELDS = {
+    M.CLAIM_COUNT: 1,
+    M.CREATED: 1,
+    M.EXPIRES: 1,
+    M.DEAD_LETTER: 1,
+    M.CLAIM: 1,
+    M.CLAIM_END: 1,
+    M.NOT_ELIGIBLE: 1,
+    M.VISIBLE: 1,
+}
 # What a claim reads of its candidates: everything but the indexing fields, so that it can answer with the
 # messages it claimed without reading them again.
-CLAIM_FIELDS = {"gc": 0, "bo": 0}
+CLAIM_FIELDS = {M.GC: 0, M.BACKOFF: 0}
 
 
 def claimable(q: QueueRef, now: int) -> Doc:
     """Messages of `q` a claim may take now: not delayed, not under a live claim, not expired."""
-    return {"p": q.project, "q": q.name, "vis": {"$lte": now}, "e": {"$gt": now}}
+    return {M.PROJECT: q.project, M.QUEUE: q.name, M.VISIBLE: {"$lte": now}, M.EXPIRES: {"$gt": now}}
 
 
 def not_claimed(now: int) -> Doc:
@@ -33,7 +43,7 @@ def claim_candidates(
     """The `n` oldest claimable messages of `q` (claim): the index keeps them in marker order and checks `vis`
     in its keys, so messages under a claim are skipped without being fetched."""
     projection = MOVE_FIELDS if fields is None else fields
-    return c.messages.find(claimable(q, now), projection).sort("k", 1).hint(CLAIMABLE_INDEX).limit(n)
+    return c.messages.find(claimable(q, now), projection).sort(M.MARKER, 1).hint(CLAIMABLE_INDEX).limit(n)
 
 
 def listing(
@@ -49,31 +59,31 @@ def listing(
     include_delayed: bool,
 ) -> AsyncCursor[Doc]:
     """Up to `limit` live messages of `q` after `marker`, in marker order, without the ones the flags hide."""
-    query: Doc = {"p": q.project, "q": q.name, "k": {"$gt": marker}, "e": {"$gt": now}}
+    query: Doc = {M.PROJECT: q.project, M.QUEUE: q.name, M.MARKER: {"$gt": marker}, M.EXPIRES: {"$gt": now}}
     if not include_claimed:
-        query["ce"] = not_claimed(now)
+        query[M.CLAIM_END] = not_claimed(now)
     if not include_delayed:
-        query["av"] = {"$lte": now}
+        query[M.AVAILABLE] = {"$lte": now}
     if not echo:
-        query["cl"] = {"$ne": client_id}
-    return c.messages.find(query).sort("k", 1).hint(MARKER_INDEX).limit(limit)
+        query[M.CLIENT] = {"$ne": client_id}
+    return c.messages.find(query).sort(M.MARKER, 1).hint(MARKER_INDEX).limit(limit)
 
 
 def held(q: QueueRef, claim_id: ClaimId, now: int) -> Doc:
     """The live messages of `q` that claim `claim_id` holds."""
-    return {"c": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}}
+    return {M.CLAIM: claim_id, M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
 
 
 def held_by(
     c: Collections, q: QueueRef, claim_id: ClaimId, now: int, extra: Doc | None = None
 ) -> AsyncCursor[Doc]:
     """The live messages of `q` that claim `claim_id` holds, in marker order."""
-    return c.messages.find({**held(q, claim_id, now), **(extra or {})}).sort("k", 1).hint(CLAIM_INDEX)
+    return c.messages.find({**held(q, claim_id, now), **(extra or {})}).sort(M.MARKER, 1).hint(CLAIM_INDEX)
 
 
 def lapsed(c: Collections, now: int, q: QueueRef | None = None, limit: int = 0) -> AsyncCursor[Doc]:
     """Messages whose claim has ended but not been cleared yet (of `q`, or of every queue: the sweeper)."""
-    query: Doc = {"ce": {"$lte": now}}
+    query: Doc = {M.CLAIM_END: {"$lte": now}}
     if q is not None:
-        query.update(p=q.project, q=q.name)
-    return c.messages.find(query, {**MOVE_FIELDS, "p": 1, "q": 1}).hint(LAPSED_INDEX).limit(limit)
+        query[M.PROJECT], query[M.QUEUE] = q.project, q.name
+    return c.messages.find(query, {**MOVE_FIELDS, M.PROJECT: 1, M.QUEUE: 1}).hint(LAPSED_INDEX).limit(limit)

@@ -9,7 +9,8 @@ from typing import Any
 from core.models import QueueRef, RedriveSpec, RedriveTask, TaskId, TaskStatus
 from storage.mongodb.counters import ensure_queue, move_with_markers
 from storage.mongodb.queries import Doc, not_claimed
-from storage.mongodb.schema import MARKER_INDEX, Collections, message_of
+from storage.mongodb.schema import MARKER_INDEX, REDRIVES_PATH, TASK, UNCLAIMED, Collections, message_of
+from storage.mongodb.schema import MESSAGE as M
 
 TASK_KEEP_MS = 7 * 86_400_000  # a finished task's document is kept this long (TTL index on gc)
 
@@ -24,19 +25,20 @@ class Step:
 
 
 def task_of(doc: Doc) -> RedriveTask:
+    t = TASK
     return RedriveTask(
-        id=TaskId(doc["_id"]),
-        queue=doc["q"],
-        spec=RedriveSpec.from_dict(doc["spec"]),
-        status=doc["status"],
-        created_ms=doc["cr"],
-        updated_ms=doc["up"],
-        end_marker=doc["end"],
-        cursor=doc["cursor"],
-        scanned=doc["scanned"],
-        moved=doc["moved"],
-        skipped=doc["skipped"],
-        owner=doc["owner"],
+        id=TaskId(doc[t.ID]),
+        queue=doc[t.QUEUE],
+        spec=RedriveSpec.from_dict(doc[t.SPEC]),
+        status=doc[t.STATUS],
+        created_ms=doc[t.CREATED],
+        updated_ms=doc[t.UPDATED],
+        end_marker=doc[t.END],
+        cursor=doc[t.CURSOR],
+        scanned=doc[t.SCANNED],
+        moved=doc[t.MOVED],
+        skipped=doc[t.SKIPPED],
+        owner=doc[t.OWNER],
     )
 
 
@@ -48,9 +50,9 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
     spec = task.spec
     docs = (
         await c.messages.find(
-            {"p": q.project, "q": q.name, "k": {"$gt": task.cursor, "$lte": task.end_marker}}
+            {M.PROJECT: q.project, M.QUEUE: q.name, M.MARKER: {"$gt": task.cursor, "$lte": task.end_marker}}
         )
-        .sort("k", 1)
+        .sort(M.MARKER, 1)
         .hint(MARKER_INDEX)
         .limit(batch)
         .to_list()
@@ -61,9 +63,9 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
     for doc in docs:
         if wanted is not None and len(plan) >= wanted:
             break
-        cursor, scanned = doc["k"], scanned + 1
+        cursor, scanned = doc[M.MARKER], scanned + 1
         message = message_of(doc)
-        if doc["e"] <= now or not spec.matches(message):
+        if doc[M.EXPIRES] <= now or not spec.matches(message):
             continue
         assert message.dead_letter is not None  # matches() holds only for dead letters
         destination = spec.destination or message.dead_letter.source_queue
@@ -77,11 +79,16 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
         await ensure_queue(c, target, now)
         writes: list[tuple[Doc, Doc]] = []
         for doc, _ in group:
-            match: dict[str, Any] = {"_id": doc["_id"], "p": q.project, "q": q.name, "ce": not_claimed(now)}
+            match: dict[str, Any] = {
+                M.ID: doc[M.ID],
+                M.PROJECT: q.project,
+                M.QUEUE: q.name,
+                M.CLAIM_END: not_claimed(now),
+            }
             update = {
-                "$set": {"cc": 0, "vis": now, "av": now},
-                "$unset": {"c": "", "ce": "", "bo": ""},
-                "$inc": {"dl.rc": 1},
+                "$set": {M.CLAIM_COUNT: 0, M.VISIBLE: now, M.AVAILABLE: now},
+                "$unset": UNCLAIMED,
+                "$inc": {REDRIVES_PATH: 1},
             }
             writes.append((match, update))
         done = await move_with_markers(c, target, writes)

@@ -7,7 +7,8 @@ from pymongo.errors import DuplicateKeyError
 from core.models import QueueRef
 from storage.mongodb.moves import dead_letter, housekeep
 from storage.mongodb.queries import MOVE_FIELDS, Doc, lapsed
-from storage.mongodb.schema import EXPIRY_INDEX, Collections
+from storage.mongodb.schema import EXPIRY_INDEX, LEASE, Collections
+from storage.mongodb.schema import MESSAGE as M
 
 SWEEP_BATCH = 500  # lapsed claims one sweep round looks at
 SWEEP_ROUNDS = 20
@@ -21,7 +22,7 @@ async def sweep_all(c: Collections, now: int) -> int:
     visited: set[tuple[str, str]] = set()
     for _ in range(SWEEP_ROUNDS):
         ended = await lapsed(c, now, limit=SWEEP_BATCH).to_list()
-        due = {(d["p"], d["q"]) for d in ended}
+        due = {(d[M.PROJECT], d[M.QUEUE]) for d in ended}
         for project, name in sorted(due):
             await housekeep(c, QueueRef(project, name), now)
         visited |= due
@@ -29,14 +30,14 @@ async def sweep_all(c: Collections, now: int) -> int:
             break
     for _ in range(SWEEP_ROUNDS):
         expired = await (
-            c.messages.find({"e": {"$lte": now}}, {**MOVE_FIELDS, "p": 1, "q": 1})
+            c.messages.find({M.EXPIRES: {"$lte": now}}, {**MOVE_FIELDS, M.PROJECT: 1, M.QUEUE: 1})
             .hint(EXPIRY_INDEX)
             .limit(SWEEP_BATCH)
             .to_list()
         )
         by_queue: dict[tuple[str, str], list[Doc]] = {}
         for d in expired:
-            by_queue.setdefault((d["p"], d["q"]), []).append(d)
+            by_queue.setdefault((d[M.PROJECT], d[M.QUEUE]), []).append(d)
         for (project, name), docs in sorted(by_queue.items()):
             await expire(c, QueueRef(project, name), docs, now)
         visited |= set(by_queue)
@@ -50,16 +51,19 @@ async def expire(c: Collections, q: QueueRef, docs: list[Doc], now: int) -> None
     `_dead_letter_on_expiry`, else deleted. Guarded on the expiry, so a claim renewed meanwhile keeps them."""
     policy = await c.policy(q)
     if policy.expired_ttl is not None:
-        await dead_letter(c, q, policy, [(d, {"e": {"$lte": now}}) for d in docs], now=now, reason="expired")
+        moves = [(d, {M.EXPIRES: {"$lte": now}}) for d in docs]
+        await dead_letter(c, q, policy, moves, now=now, reason="expired")
         return
-    await c.messages.delete_many({"_id": {"$in": [d["_id"] for d in docs]}, "e": {"$lte": now}})
+    await c.messages.delete_many({M.ID: {"$in": [d[M.ID] for d in docs]}, M.EXPIRES: {"$lte": now}})
 
 
 async def take_lease(c: Collections, name: str, owner: str, *, now: int, ms: int) -> bool:
     """Hold lease `name` for `ms` if nobody holds it now."""
     try:
         await c.leases.update_one(
-            {"_id": name, "until": {"$lte": now}}, {"$set": {"until": now + ms, "owner": owner}}, upsert=True
+            {LEASE.ID: name, LEASE.UNTIL: {"$lte": now}},
+            {"$set": {LEASE.UNTIL: now + ms, LEASE.OWNER: owner}},
+            upsert=True,
         )
     except DuplicateKeyError:
         return False  # the document exists and its lease has not ended: someone else holds it
