@@ -26,28 +26,24 @@ from core.errors import OutcomeUnknown, StorageUnavailable
 from core.models import QueueRef
 from storage.mongodb.errors import after_commit
 from storage.mongodb.queries import Doc
-from storage.mongodb.schema import Collections, queue_key
+from storage.mongodb.schema import COUNTER, MESSAGE, QUEUE, Collections, counter_key, queue_key
 
 MARKER_ATTEMPTS = 1000  # give up (503) only under contention no real load produces
 DUPLICATE_KEY = 11000
 
 
-def counter_key(q: QueueRef) -> Doc:
-    return {"_id": {"p": q.project, "q": q.name}}
-
-
 async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
     """The queue's document, created (empty metadata) when absent, as a post or a move into a DLQ does."""
-    doc = await c.queues.find_one(queue_key(q), {"pol": 1})
+    doc = await c.queues.find_one(queue_key(q), {QUEUE.POLICY: 1})
     if doc is not None:
         return doc
     with contextlib.suppress(DuplicateKeyError):  # created concurrently
         await c.queues.update_one(
             queue_key(q),
-            {"$setOnInsert": {"meta": "{}", "pol": {}, "cr": now}},
+            {"$setOnInsert": {QUEUE.META: "{}", QUEUE.POLICY: {}, QUEUE.CREATED: now}},
             upsert=True,
         )
-    return {"pol": {}}
+    return {QUEUE.POLICY: {}}
 
 
 async def count(c: Collections, q: QueueRef, field: str, n: int) -> None:
@@ -59,12 +55,12 @@ async def count(c: Collections, q: QueueRef, field: str, n: int) -> None:
 
 
 async def _last_marker(c: Collections, q: QueueRef) -> int:
-    doc = await c.counters.find_one(counter_key(q), {"seq": 1})
-    return int(doc.get("seq", 0)) if doc else 0
+    doc = await c.counters.find_one(counter_key(q), {COUNTER.SEQ: 1})
+    return int(doc.get(COUNTER.SEQ, 0)) if doc else 0
 
 
 async def _raise_counter(c: Collections, q: QueueRef, marker: int) -> None:
-    await c.counters.update_one(counter_key(q), {"$max": {"seq": marker}}, upsert=True)
+    await c.counters.update_one(counter_key(q), {"$max": {COUNTER.SEQ: marker}}, upsert=True)
 
 
 async def _heal(c: Collections, q: QueueRef, taken: int) -> int:
@@ -88,7 +84,7 @@ async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> N
     base = await _last_marker(c, q)
     for _ in range(MARKER_ATTEMPTS):
         for i, doc in enumerate(pending):
-            doc["k"] = base + 1 + i
+            doc[MESSAGE.MARKER] = base + 1 + i
         try:
             await c.messages.insert_many(pending)  # ordered: stops at the first marker someone else holds
         except BulkWriteError as exc:
@@ -99,7 +95,7 @@ async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> N
             pending = pending[done:]
             base = await _heal(c, q, taken=base + 1 + done)
             continue
-        await after_commit(_raise_counter(c, q, pending[-1]["k"]), "raising the marker counter")
+        await after_commit(_raise_counter(c, q, pending[-1][MESSAGE.MARKER]), "raising the marker counter")
         return
     raise _contended(q, partly=len(pending) < len(docs))
 
@@ -109,10 +105,10 @@ async def reserve_markers(c: Collections, q: QueueRef, n: int) -> int:
     first. For a write inside a transaction, which must not meet another writer's marker: a reader paging
     by marker may pass these before that transaction commits (a wider form of the gap above)."""
     doc = await c.counters.find_one_and_update(
-        counter_key(q), {"$inc": {"seq": n}}, upsert=True, return_document=ReturnDocument.AFTER
+        counter_key(q), {"$inc": {COUNTER.SEQ: n}}, upsert=True, return_document=ReturnDocument.AFTER
     )
     assert doc is not None  # an upsert returning the document after it
-    return int(doc["seq"]) - n + 1
+    return int(doc[COUNTER.SEQ]) - n + 1
 
 
 async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[tuple[Doc, Doc]]) -> int:
@@ -123,7 +119,7 @@ async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[t
     moved = 0
     for match, update in writes:
         for _ in range(MARKER_ATTEMPTS):
-            into = {**update, "$set": {**update["$set"], "q": target.name, "k": marker}}
+            into = {**update, "$set": {**update["$set"], MESSAGE.QUEUE: target.name, MESSAGE.MARKER: marker}}
             try:
                 result = await c.messages.update_one(match, into)
             except DuplicateKeyError:

@@ -57,28 +57,33 @@ from core.models import (
 )
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.mongodb.claims import take_messages
-from storage.mongodb.counters import (
-    MARKER_ATTEMPTS,
-    counter_key,
-    ensure_queue,
-    insert_in_order,
-    reserve_markers,
-)
+from storage.mongodb.counters import MARKER_ATTEMPTS, ensure_queue, insert_in_order, reserve_markers
 from storage.mongodb.errors import after_commit, unavailable_as_domain_error
 from storage.mongodb.metadata import write_metadata
 from storage.mongodb.moves import dead_letter, group_ids, housekeep
 from storage.mongodb.queries import Doc, claimable, held, held_by, listing, not_claimed
 from storage.mongodb.redrive import TASK_KEEP_MS, redrive_batch, task_of
 from storage.mongodb.schema import (
+    CLAIM,
     CLAIMABLE_INDEX,
+    COUNTER,
+    IDEMPOTENCY,
+    LEASE,
     MARKER_INDEX,
+    PROJECT,
+    QUEUE,
     QUEUE_INDEX,
+    TASK,
+    UNCLAIMED,
     Collections,
+    counter_key,
     gc_at,
+    idempotency_key,
     message_of,
     policy_of,
     queue_key,
 )
+from storage.mongodb.schema import MESSAGE as M
 from storage.mongodb.sweeper import sweep_all, take_lease
 
 P = ParamSpec("P")
@@ -227,7 +232,7 @@ class MongoStore:
         expected_version: int | None = None,
     ) -> bool:
         async def create(s: AsyncClientSession) -> bool:
-            if await self._c.queues.find_one(queue_key(q), {"_id": 1}, session=s):
+            if await self._c.queues.find_one(queue_key(q), {QUEUE.ID: 1}, session=s):
                 return False  # an existing queue keeps its metadata, as in Zaqar
             await write_metadata(self._c, q, metadata, policy, expected_version, now=self._now(), session=s)
             return True
@@ -236,13 +241,13 @@ class MongoStore:
 
     @_op
     async def metadata_version(self, q: QueueRef) -> int:
-        doc = await self._c.projects.find_one({"_id": q.project})
-        return int(doc["mver"]) if doc else 0
+        doc = await self._c.projects.find_one({PROJECT.ID: q.project})
+        return int(doc[PROJECT.METADATA_VERSION]) if doc else 0
 
     @_op
     async def get_metadata(self, q: QueueRef) -> dict[str, Any]:
-        doc = await self._c.queues.find_one(queue_key(q), {"meta": 1})
-        return dict(orjson.loads(doc["meta"])) if doc else {}
+        doc = await self._c.queues.find_one(queue_key(q), {QUEUE.META: 1})
+        return dict(orjson.loads(doc[QUEUE.META])) if doc else {}
 
     @_op
     async def set_metadata(
@@ -262,18 +267,19 @@ class MongoStore:
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool
     ) -> Page[QueueInfo]:
-        query: dict[str, Any] = {"p": project}
+        query: dict[str, Any] = {QUEUE.PROJECT: project}
         if marker:
-            query["n"] = {"$gt": marker}
+            query[QUEUE.NAME] = {"$gt": marker}
         docs = (
-            await self._c.queues.find(query, {"n": 1, "meta": 1})
-            .sort("n", 1)
+            await self._c.queues.find(query, {QUEUE.NAME: 1, QUEUE.META: 1})
+            .sort(QUEUE.NAME, 1)
             .hint(QUEUE_INDEX)
             .limit(limit)
             .to_list()
         )
         infos = [
-            QueueInfo(name=d["n"], metadata=dict(orjson.loads(d["meta"])) if detailed else None) for d in docs
+            QueueInfo(name=d[QUEUE.NAME], metadata=dict(orjson.loads(d[QUEUE.META])) if detailed else None)
+            for d in docs
         ]
         return Page(items=infos, next_marker=infos[-1].name if infos else None)
 
@@ -281,10 +287,11 @@ class MongoStore:
         # Up to the newest marker present: a post or move that lands meanwhile gets a later marker and is
         # kept, so no post acknowledged after the drop began is lost to it.
         top = await self._c.messages.find_one(
-            {"p": q.project, "q": q.name}, {"k": 1}, sort=[("k", -1)], hint=MARKER_INDEX
+            {M.PROJECT: q.project, M.QUEUE: q.name}, {M.MARKER: 1}, sort=[(M.MARKER, -1)], hint=MARKER_INDEX
         )
         if top is not None:
-            await self._c.messages.delete_many({"p": q.project, "q": q.name, "k": {"$lte": top["k"]}})
+            last = {"$lte": top[M.MARKER]}
+            await self._c.messages.delete_many({M.PROJECT: q.project, M.QUEUE: q.name, M.MARKER: last})
 
     @_op
     async def delete_queue(self, q: QueueRef) -> None:
@@ -300,15 +307,17 @@ class MongoStore:
     async def stats(self, q: QueueRef) -> QueueStats:
         now = self._now()
         await housekeep(self._c, q, now)
-        live = {"p": q.project, "q": q.name, "e": {"$gt": now}}
+        live = {M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
         messages = self._c.messages
         total = await messages.count_documents(live, hint=MARKER_INDEX)
-        claimed = await messages.count_documents({**live, "ce": {"$gt": now}}, hint=MARKER_INDEX)
-        delayed = await messages.count_documents({**live, "av": {"$gt": now}}, hint=MARKER_INDEX)
+        claimed = await messages.count_documents({**live, M.CLAIM_END: {"$gt": now}}, hint=MARKER_INDEX)
+        delayed = await messages.count_documents({**live, M.AVAILABLE: {"$gt": now}}, hint=MARKER_INDEX)
         ends = []
         for direction in (1, -1):
-            doc = await messages.find_one(live, {"cr": 1}, sort=[("k", direction)], hint=MARKER_INDEX)
-            ends.append(MessageStamp(MessageId(doc["_id"]), doc["cr"]) if doc else None)
+            doc = await messages.find_one(
+                live, {M.CREATED: 1}, sort=[(M.MARKER, direction)], hint=MARKER_INDEX
+            )
+            ends.append(MessageStamp(MessageId(doc[M.ID]), doc[M.CREATED]) if doc else None)
         counters = await self._c.counters.find_one(counter_key(q)) or {}
         return QueueStats(
             free=total - claimed,
@@ -317,9 +326,9 @@ class MongoStore:
             delayed=delayed,
             oldest=ends[0],
             newest=ends[1],
-            dead_lettered=counters.get("n_dl", 0),
-            discarded=counters.get("n_disc", 0),
-            dead_letters_received=counters.get("n_rcv", 0),
+            dead_lettered=counters.get(COUNTER.DEAD_LETTERED, 0),
+            discarded=counters.get(COUNTER.DISCARDED, 0),
+            dead_letters_received=counters.get(COUNTER.RECEIVED, 0),
         )
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -359,21 +368,21 @@ class MongoStore:
             av = now + (delay_default if m.delay is None else m.delay) * 1000
             e = now + ttl * 1000
             doc: Doc = {
-                "_id": mid,
-                "p": q.project,
-                "q": q.name,
-                "b": orjson.dumps(m.body),
-                "t": ttl,
-                "cr": now,
-                "e": e,
-                "cl": client_id,
-                "cc": 0,
-                "av": av,
-                "vis": av,
-                "gc": gc_at(e),
+                M.ID: mid,
+                M.PROJECT: q.project,
+                M.QUEUE: q.name,
+                M.BODY: orjson.dumps(m.body),
+                M.TTL: ttl,
+                M.CREATED: now,
+                M.EXPIRES: e,
+                M.CLIENT: client_id,
+                M.CLAIM_COUNT: 0,
+                M.AVAILABLE: av,
+                M.VISIBLE: av,
+                M.GC: gc_at(e),
             }
             if not m.dead_letter_eligible:
-                doc["ne"] = True
+                doc[M.NOT_ELIGIBLE] = True
             docs.append(doc)
         if idempotency is not None:
             return await self._post_once(q, docs, idempotency, now)
@@ -384,29 +393,30 @@ class MongoStore:
         """A post with an Idempotency-Key: its messages and the key's record in one transaction, at markers
         reserved for it beforehand (a transaction must not meet another writer's marker; a marker a plain
         writer took meanwhile only costs a new reservation). A record still in its window answers instead."""
-        key = {"_id": {"p": q.project, "q": q.name, "k": once.key}}
+        key = idempotency_key(q, once.key)
+        i = IDEMPOTENCY
 
         async def post(s: AsyncClientSession) -> list[MessageId]:
             record = await self._c.idempotency.find_one(key, session=s)
-            if record is not None and record["until"] > now:
-                if record["fp"] != once.fingerprint:
+            if record is not None and record[i.UNTIL] > now:
+                if record[i.FINGERPRINT] != once.fingerprint:
                     raise IdempotencyKeyReused(
                         "This Idempotency-Key was used for a post of other messages on this queue; use a new "
                         "key for a new post."
                     )
-                return [MessageId(i) for i in record["ids"]]
+                return [MessageId(mid) for mid in record[i.IDS]]
             if record is not None:  # its window is over; the TTL index has not dropped it yet
                 await self._c.idempotency.delete_one(key, session=s)
             await self._c.messages.insert_many(docs, session=s)
             until = now + once.window_ms
-            fields = {"fp": once.fingerprint, "ids": [d["_id"] for d in docs], "until": until}
-            await self._c.idempotency.insert_one({**key, **fields, "gc": gc_at(until)}, session=s)
-            return [MessageId(d["_id"]) for d in docs]
+            fields = {i.FINGERPRINT: once.fingerprint, i.IDS: [d[M.ID] for d in docs], i.UNTIL: until}
+            await self._c.idempotency.insert_one({**key, **fields, i.GC: gc_at(until)}, session=s)
+            return [MessageId(d[M.ID]) for d in docs]
 
         for _ in range(MARKER_ATTEMPTS):
             first = await reserve_markers(self._c, q, len(docs))
-            for i, doc in enumerate(docs):
-                doc["k"] = first + i
+            for n, doc in enumerate(docs):
+                doc[M.MARKER] = first + n
             try:
                 return await self._transaction(post)
             except (DuplicateKeyError, BulkWriteError) as exc:
@@ -441,9 +451,9 @@ class MongoStore:
         # As on Redis: a full page links to the next when any message follows, hidden ones included.
         if len(docs) < limit:
             return Page(items=[message_of(d) for d in docs], next_marker=None)
-        last = docs[-1]["k"]
+        last = docs[-1][M.MARKER]
         after = await self._c.messages.find_one(
-            {"p": q.project, "q": q.name, "k": {"$gt": last}}, {"_id": 1}, hint=MARKER_INDEX
+            {M.PROJECT: q.project, M.QUEUE: q.name, M.MARKER: {"$gt": last}}, {M.ID: 1}, hint=MARKER_INDEX
         )
         return Page(items=[message_of(d) for d in docs], next_marker=str(last) if after else None)
 
@@ -451,22 +461,22 @@ class MongoStore:
     async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
         now = self._now()
         docs = await self._c.messages.find(
-            {"_id": {"$in": list(ids)}, "p": q.project, "q": q.name, "e": {"$gt": now}}
+            {M.ID: {"$in": list(ids)}, M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
         ).to_list()
-        by_id = {d["_id"]: d for d in docs}
+        by_id = {d[M.ID]: d for d in docs}
         return [message_of(by_id[i]) for i in ids if i in by_id]
 
     @_op
     async def delete_message(self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId | None) -> None:
         now = self._now()
-        this = {"_id": message_id, "p": q.project, "q": q.name, "e": {"$gt": now}}
+        this = {M.ID: message_id, M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
         if claim_id is None:
-            held: dict[str, Any] = {"ce": not_claimed(now)}
+            held: dict[str, Any] = {M.CLAIM_END: not_claimed(now)}
         else:
-            held = {"c": claim_id, "ce": {"$gt": now}}
+            held = {M.CLAIM: claim_id, M.CLAIM_END: {"$gt": now}}
         if (await self._c.messages.delete_one({**this, **held})).deleted_count:
             return
-        if await self._c.messages.find_one(this, {"_id": 1}) is None:
+        if await self._c.messages.find_one(this, {M.ID: 1}) is None:
             return  # no such live message: deleting is idempotent, as in Zaqar
         if claim_id is None:
             raise ClaimMismatch(
@@ -479,7 +489,7 @@ class MongoStore:
 
     @_op
     async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
-        await self._c.messages.delete_many({"_id": {"$in": list(ids)}, "p": q.project, "q": q.name})
+        await self._c.messages.delete_many({M.ID: {"$in": list(ids)}, M.PROJECT: q.project, M.QUEUE: q.name})
 
     @_op
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
@@ -489,7 +499,7 @@ class MongoStore:
         while len(out) < limit:
             doc = await self._c.messages.find_one_and_delete(
                 claimable(q, now),
-                sort=[("k", 1)],
+                sort=[(M.MARKER, 1)],
                 hint=CLAIMABLE_INDEX,
             )
             if doc is None:
@@ -509,21 +519,22 @@ class MongoStore:
         ce = now + ttl * 1000
         keep = ce + grace * 1000
         policy = await self._c.policy(q)
+        c = CLAIM
         record = {
-            "_id": claim_id,
-            "p": q.project,
-            "q": q.name,
-            "ttl": ttl,
-            "grace": grace,
-            "cr": now,
-            "e": ce,
+            c.ID: claim_id,
+            c.PROJECT: q.project,
+            c.QUEUE: q.name,
+            c.TTL: ttl,
+            c.GRACE: grace,
+            c.CREATED: now,
+            c.EXPIRES: ce,
         }
-        await self._c.claims.insert_one({**record, "gc": gc_at(keep)})
+        await self._c.claims.insert_one({**record, c.GC: gc_at(keep)})
         claimed, moved, discarded = await take_messages(
             self._c, q, policy, claim_id, now=now, until=ce, keep_until=keep, limit=limit
         )
         if claimed == []:
-            await after_commit(self._c.claims.delete_one({"_id": claim_id}), "dropping an empty claim")
+            await after_commit(self._c.claims.delete_one({c.ID: claim_id}), "dropping an empty claim")
             return ClaimResult(claim=None, dead_lettered=moved, discarded=discarded)
         held = await self._held(q, claim_id, now) if claimed is None else [message_of(d) for d in claimed]
         claim = Claim(
@@ -537,16 +548,19 @@ class MongoStore:
     @_op
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
         now = self._now()
-        doc = await self._c.claims.find_one({"_id": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}})
+        c = CLAIM
+        doc = await self._c.claims.find_one(
+            {c.ID: claim_id, c.PROJECT: q.project, c.QUEUE: q.name, c.EXPIRES: {"$gt": now}}
+        )
         if doc is None:
             raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
         return Claim(
             id=claim_id,
             queue=q.name,
-            ttl=doc["ttl"],
-            grace=doc["grace"],
-            created_ms=doc["cr"],
-            expires_ms=doc["e"],
+            ttl=doc[c.TTL],
+            grace=doc[c.GRACE],
+            created_ms=doc[c.CREATED],
+            expires_ms=doc[c.EXPIRES],
             messages=await self._held(q, claim_id, now),
         )
 
@@ -555,18 +569,19 @@ class MongoStore:
         now = self._now()
         ce = now + ttl * 1000
         keep = ce + grace * 1000
+        c = CLAIM
         doc = await self._c.claims.find_one_and_update(
-            {"_id": claim_id, "p": q.project, "q": q.name, "e": {"$gt": now}},
-            {"$set": {"ttl": ttl, "grace": grace, "cr": now, "e": ce, "gc": gc_at(keep)}},
+            {c.ID: claim_id, c.PROJECT: q.project, c.QUEUE: q.name, c.EXPIRES: {"$gt": now}},
+            {"$set": {c.TTL: ttl, c.GRACE: grace, c.CREATED: now, c.EXPIRES: ce, c.GC: gc_at(keep)}},
         )
         if doc is None:
             raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
         # A message waits its redelivery backoff (bo) after the claim ends, now the renewed end.
-        docs = await self._c.messages.find(held(q, claim_id, now), {"bo": 1}).to_list()
-        for bo, ids in group_ids(docs, lambda d: d.get("bo", 0)).items():
+        docs = await self._c.messages.find(held(q, claim_id, now), {M.BACKOFF: 1}).to_list()
+        for bo, ids in group_ids(docs, lambda d: d.get(M.BACKOFF, 0)).items():
             await self._c.messages.update_many(
-                {"_id": {"$in": ids}, "c": claim_id},
-                {"$set": {"ce": ce, "vis": ce + bo}, "$max": {"e": keep, "gc": gc_at(keep)}},
+                {M.ID: {"$in": ids}, M.CLAIM: claim_id},
+                {"$set": {M.CLAIM_END: ce, M.VISIBLE: ce + bo}, "$max": {M.EXPIRES: keep, M.GC: gc_at(keep)}},
             )
 
     async def _release(
@@ -575,19 +590,23 @@ class MongoStore:
         """Take `docs` (held by `claim_id`) out of the claim: exhausted ones move to the DLQ now (promise 7);
         the rest are claimable again after `delay` seconds, or after the queue's redelivery backoff."""
         policy = await self._c.policy(q)
-        spent = [(d, {"c": claim_id, "cc": d["cc"]}) for d in docs if policy.exhausted(d["cc"])]
+        spent = [
+            (d, {M.CLAIM: claim_id, M.CLAIM_COUNT: d[M.CLAIM_COUNT]})
+            for d in docs
+            if policy.exhausted(d[M.CLAIM_COUNT])
+        ]
         await dead_letter(self._c, q, policy, spent, now=now, reason="max_claims")
 
         def claimable_at(d: Doc) -> int:
             if delay is not None:
                 return now + delay * 1000
-            return now + (policy.backoff.wait_ms(d["_id"], d["cc"]) if policy.backoff else 0)
+            return now + (policy.backoff.wait_ms(d[M.ID], d[M.CLAIM_COUNT]) if policy.backoff else 0)
 
-        back = [d for d in docs if not policy.exhausted(d["cc"])]
+        back = [d for d in docs if not policy.exhausted(d[M.CLAIM_COUNT])]
         for at, ids in group_ids(back, claimable_at).items():
             await self._c.messages.update_many(
-                {"_id": {"$in": ids}, "c": claim_id},
-                {"$unset": {"c": "", "ce": "", "bo": ""}, "$set": {"vis": at, "av": at}},
+                {M.ID: {"$in": ids}, M.CLAIM: claim_id},
+                {"$unset": UNCLAIMED, "$set": {M.VISIBLE: at, M.AVAILABLE: at}},
             )
 
     @_op
@@ -595,17 +614,19 @@ class MongoStore:
         now = self._now()
         docs = await held_by(self._c, q, claim_id, now).to_list()
         await self._release(q, claim_id, docs, now=now, delay=delay)
-        record = self._c.claims.delete_one({"_id": claim_id, "p": q.project, "q": q.name})
+        record = self._c.claims.delete_one(
+            {CLAIM.ID: claim_id, CLAIM.PROJECT: q.project, CLAIM.QUEUE: q.name}
+        )
         await after_commit(record, "dropping a released claim")
 
     async def _held_one(self, q: QueueRef, message_id: MessageId, claim_id: ClaimId, now: int) -> Doc:
         """The message, if `claim_id` holds it now; else MessageNotFound or ClaimMismatch."""
         doc = await self._c.messages.find_one(
-            {"_id": message_id, "p": q.project, "q": q.name, "e": {"$gt": now}}
+            {M.ID: message_id, M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
         )
         if doc is None:
             raise MessageNotFound(f"Message {message_id} does not exist in queue {q.name}.")
-        if doc.get("c") != claim_id or doc.get("ce", 0) <= now:
+        if doc.get(M.CLAIM) != claim_id or doc.get(M.CLAIM_END, 0) <= now:
             raise ClaimMismatch(
                 f"Claim {claim_id} does not hold message {message_id} (the claim has expired or another "
                 "claim holds the message)."
@@ -636,7 +657,7 @@ class MongoStore:
             self._c,
             q,
             policy,
-            [(doc, {"c": claim_id, "ce": {"$gt": now}})],
+            [(doc, {M.CLAIM: claim_id, M.CLAIM_END: {"$gt": now}})],
             now=now,
             reason="rejected",
             rejection=rejection,
@@ -652,29 +673,30 @@ class MongoStore:
         self, q: QueueRef, task_id: TaskId, spec: RedriveSpec, *, owner: str, lease_ms: int
     ) -> RedriveTask:
         now = self._now()
-        counter = await self._c.counters.find_one(counter_key(q), {"seq": 1}) or {}
+        counter = await self._c.counters.find_one(counter_key(q), {COUNTER.SEQ: 1}) or {}
+        t = TASK
         doc = {
-            "_id": task_id,
-            "p": q.project,
-            "q": q.name,
-            "status": "running",
-            "spec": spec.to_dict(),
-            "cr": now,
-            "up": now,
-            "end": int(counter.get("seq", 0)),
-            "cursor": 0,
-            "scanned": 0,
-            "moved": 0,
-            "skipped": 0,
-            "owner": owner,
-            "lease": now + lease_ms,
+            t.ID: task_id,
+            t.PROJECT: q.project,
+            t.QUEUE: q.name,
+            t.STATUS: "running",
+            t.SPEC: spec.to_dict(),
+            t.CREATED: now,
+            t.UPDATED: now,
+            t.END: int(counter.get(COUNTER.SEQ, 0)),
+            t.CURSOR: 0,
+            t.SCANNED: 0,
+            t.MOVED: 0,
+            t.SKIPPED: 0,
+            t.OWNER: owner,
+            t.LEASE: now + lease_ms,
         }
         await self._c.tasks.insert_one(dict(doc))  # (insert_one adds nothing to a document with an _id)
         return task_of(doc)
 
     @_op
     async def get_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
-        doc = await self._c.tasks.find_one({"_id": task_id, "p": q.project, "q": q.name})
+        doc = await self._c.tasks.find_one({TASK.ID: task_id, TASK.PROJECT: q.project, TASK.QUEUE: q.name})
         if doc is None:
             raise NotFound(f"Queue {q.name} has no redrive task {task_id}.")
         return task_of(doc)
@@ -682,8 +704,8 @@ class MongoStore:
     @_op
     async def list_redrives(self, q: QueueRef, *, limit: int) -> list[RedriveTask]:
         docs = (
-            await self._c.tasks.find({"p": q.project, "q": q.name})
-            .sort([("cr", -1), ("_id", -1)])
+            await self._c.tasks.find({TASK.PROJECT: q.project, TASK.QUEUE: q.name})
+            .sort([(TASK.CREATED, -1), (TASK.ID, -1)])
             .limit(limit)
             .to_list()
         )
@@ -692,9 +714,10 @@ class MongoStore:
     @_op
     async def cancel_redrive(self, q: QueueRef, task_id: TaskId) -> RedriveTask:
         now = self._now()
+        t = TASK
         await self._c.tasks.update_one(
-            {"_id": task_id, "p": q.project, "q": q.name, "status": "running"},
-            {"$set": {"status": "cancelled", "up": now, "lease": 0, "gc": gc_at(now + TASK_KEEP_MS)}},
+            {t.ID: task_id, t.PROJECT: q.project, t.QUEUE: q.name, t.STATUS: "running"},
+            {"$set": {t.STATUS: "cancelled", t.UPDATED: now, t.LEASE: 0, t.GC: gc_at(now + TASK_KEEP_MS)}},
         )
         return await self.get_redrive(q, task_id)
 
@@ -702,21 +725,23 @@ class MongoStore:
     async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
         now = self._now()
         taken = []
+        t = TASK
         for _ in range(limit):
             doc = await self._c.tasks.find_one_and_update(
-                {"status": "running", "lease": {"$lte": now}},
-                {"$set": {"owner": owner, "lease": now + lease_ms}},
-                {"p": 1, "q": 1},
+                {t.STATUS: "running", t.LEASE: {"$lte": now}},
+                {"$set": {t.OWNER: owner, t.LEASE: now + lease_ms}},
+                {t.PROJECT: 1, t.QUEUE: 1},
             )
             if doc is None:
                 break
-            taken.append((QueueRef(doc["p"], doc["q"]), TaskId(doc["_id"])))
+            taken.append((QueueRef(doc[t.PROJECT], doc[t.QUEUE]), TaskId(doc[t.ID])))
         return taken
 
     @_op
     async def release_redrive(self, q: QueueRef, task_id: TaskId, *, owner: str) -> None:
         await self._c.tasks.update_one(
-            {"_id": task_id, "p": q.project, "q": q.name, "owner": owner}, {"$set": {"lease": 0}}
+            {TASK.ID: task_id, TASK.PROJECT: q.project, TASK.QUEUE: q.name, TASK.OWNER: owner},
+            {"$set": {TASK.LEASE: 0}},
         )
 
     @_op
@@ -728,24 +753,25 @@ class MongoStore:
         the moves: the resumed task looks at those messages again and finds them gone (nothing moves
         twice), but `moved` then falls short by the moves of that batch."""
         now = self._now()
-        mine = {"_id": task_id, "p": q.project, "q": q.name, "status": "running", "owner": owner}
+        t = TASK
+        mine = {t.ID: task_id, t.PROJECT: q.project, t.QUEUE: q.name, t.STATUS: "running", t.OWNER: owner}
         task = await self._c.tasks.find_one(mine)
         if task is None:
             return await self.get_redrive(q, task_id)
         await housekeep(self._c, q, now)
         step = await redrive_batch(self._c, q, task_of(task), now=now, batch=batch)
-        done = {"gc": gc_at(now + TASK_KEEP_MS)} if step.status != "running" else {}
+        done = {t.GC: gc_at(now + TASK_KEEP_MS)} if step.status != "running" else {}
         await self._c.tasks.update_one(
             mine,
             {
                 "$set": {
-                    "status": step.status,
-                    "cursor": step.cursor,
-                    "up": now,
-                    "lease": now + lease_ms,
+                    t.STATUS: step.status,
+                    t.CURSOR: step.cursor,
+                    t.UPDATED: now,
+                    t.LEASE: now + lease_ms,
                     **done,
                 },
-                "$inc": {"scanned": step.scanned, "moved": step.moved, "skipped": step.skipped},
+                "$inc": {t.SCANNED: step.scanned, t.MOVED: step.moved, t.SKIPPED: step.skipped},
             },
         )
         return await self.get_redrive(q, task_id)
@@ -771,7 +797,9 @@ class MongoStore:
 
     @_op
     async def check_writable(self) -> None:
-        await self._c.leases.update_one({"_id": "health"}, {"$set": {"until": self._now()}}, upsert=True)
+        await self._c.leases.update_one(
+            {LEASE.ID: "health"}, {"$set": {LEASE.UNTIL: self._now()}}, upsert=True
+        )
 
     @_op
     async def drop_collections(self) -> None:
