@@ -123,6 +123,18 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+async def _to_its_end(step: Coroutine[Any, Any, R]) -> R:
+    """Await `step`; a cancellation of the caller meanwhile waits for the step to end, then is raised. (A
+    second cancellation stops the wait; the step still runs to its end.)"""
+    task = asyncio.ensure_future(step)  # with the caller's context: its pymongo.timeout deadline
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its outcome is nobody's now
+        await asyncio.wait([task])
+        raise
+
+
 def _op(
     method: Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, R]],
 ) -> Callable[Concatenate[MongoStore, P], Coroutine[Any, Any, R]]:
@@ -749,9 +761,16 @@ class MongoStore:
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:
         """One batch of a redrive task while `owner` holds it (redrive.py). Each move is one update_one;
-        the task's cursor and counts are written after the batch, so a crash in between leaves them behind
-        the moves: the resumed task looks at those messages again and finds them gone (nothing moves
-        twice), but `moved` then falls short by the moves of that batch."""
+        the task's cursor and counts are written after the batch. A cancellation (a runner stopping) lets
+        the step finish first: cut between the two, the task would resume behind the moves, count none of
+        them, and go past its limit by as many. Only a crash can still do that: the resumed task looks at
+        those messages again and finds them gone (nothing moves twice), but `moved` falls short by the moves
+        of that batch (and a limited task may move that many more)."""
+        return await _to_its_end(self._redrive_step(q, task_id, owner=owner, lease_ms=lease_ms, batch=batch))
+
+    async def _redrive_step(
+        self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
+    ) -> RedriveTask:
         now = self._now()
         t = TASK
         mine = {t.ID: task_id, t.PROJECT: q.project, t.QUEUE: q.name, t.STATUS: "running", t.OWNER: owner}

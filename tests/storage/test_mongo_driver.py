@@ -1,19 +1,24 @@
-"""MongoDB driver internals: the hot queries use their index (explain), and a server that cannot run
-transactions is refused with a clear error."""
+"""MongoDB driver internals: the hot queries use their index (explain), a server that cannot run
+transactions is refused with a clear error, and a cancellation does not cut a redrive step in two."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
 import pytest
 
 from core.clock import ManualClock
 from core.errors import StorageUnavailable
-from core.models import ClaimId
+from core.models import ClaimId, RedriveSpec, RedriveTask, TaskId
+from service.redrive import RedriveRunner
+from storage.mongodb import store as store_module
 from storage.mongodb.queries import claim_candidates, held_by, lapsed, listing
 from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, MARKER_INDEX
 from storage.mongodb.store import MongoStore
-from tests.contract.helpers import CLIENT, Q, post
+from tests.contract.helpers import CLIENT, DLQ, Q, post
+from tests.contract.test_redrive import dead_letter
 from tests.servers import MongoServer
 
 
@@ -84,3 +89,45 @@ async def test_a_standalone_server_is_refused_with_what_to_do() -> None:
     finally:
         await store.aclose()
         server.stop()
+
+
+async def test_a_runner_stopped_in_the_middle_of_a_step_keeps_what_the_step_moved(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's moves are update_ones and the task's progress one more write after them: a runner stopped
+    (RedriveRunner.stop, a rolling restart) between the two must still record what the step moved. Else the
+    task taken over resumes behind the moves, ends "succeeded" short of them (as the hand-over in
+    tests/contract/test_redrive.py once did on a loaded machine: 3 of 6) and goes past its limit."""
+    store = mongo_store
+    ids = await dead_letter(store, Q, *range(6))
+    moved, go_on = asyncio.Event(), asyncio.Event()
+    batch = store_module.redrive_batch
+
+    async def pausing_after_the_moves(*args: Any, **kwargs: Any) -> Any:
+        step = await batch(*args, **kwargs)
+        moved.set()
+        await go_on.wait()
+        return step
+
+    monkeypatch.setattr(store_module, "redrive_batch", pausing_after_the_moves)
+    leaving, staying = RedriveRunner(lambda: store), RedriveRunner(lambda: store)
+    task_id = TaskId(uuid.uuid4().hex)
+    spec = RedriveSpec(limit=5)  # one step: the runner's batch is 100
+    await store.create_redrive(DLQ, task_id, spec, owner=leaving.owner, lease_ms=leaving.lease_ms)
+    leaving.start(DLQ, task_id)
+    await asyncio.wait_for(moved.wait(), timeout=30)
+    stopping = asyncio.create_task(leaving.stop())
+    await asyncio.sleep(0)  # stop() has cancelled the run, now waiting after its moves
+    go_on.set()
+    await stopping
+    await staying.adopt()
+    task: RedriveTask | None = None
+    for _ in range(300):
+        task = await store.get_redrive(DLQ, task_id)
+        if task.status != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert task is not None
+    assert (task.status, task.moved) == ("succeeded", 5)
+    assert len(await store.get_messages(Q, ids)) == 5  # the limit holds
+    assert len(await store.get_messages(DLQ, ids)) == 1
