@@ -4,19 +4,16 @@ analyses dead letters with PySpark and `charon export` writes a DLQ as JSON Line
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import signal
 import socket
 import sys
-import threading
-import time
+from typing import Any
 
 from app.settings import Settings
 from core.errors import CharonError
 
 APP = "app.main:create_app"
-STARTUP_S = 10.0  # a worker that fails this soon after its start is not restarted (supervise)
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -40,106 +37,23 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     host, port = args.host or settings.host, args.port or settings.port
     workers = args.workers or settings.workers
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "log_level": args.log_level,
+        "access_log": False,
+    }
     try:
         if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
-            return supervise(workers, host, port, args.log_level, APP)
-        uvicorn.run(
-            APP,
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_level=args.log_level,
-            access_log=False,
-        )
+            from app.workers import run_workers
+
+            return run_workers(uvicorn.Config(APP, factory=True, **options))
+        uvicorn.run(APP, factory=True, **options)
     finally:
         if embedded is not None:
             embedded.stop()
     return 0
-
-
-def supervise(workers: int, host: str, port: int, log_level: str, app: str) -> int:
-    """Run `workers` uvicorn processes, each with its own listening socket on host:port (SO_REUSEPORT), so
-    that the kernel spreads connections evenly over them. With uvicorn's one shared socket, whichever worker
-    was idle accepted the next connection, and a benchmark's kept-alive connections ended up 4:1 on one
-    worker of two (bench/README.md). A worker that dies is started again, unless it exited with an error
-    within STARTUP_S of its start (then all stop, exit code 1, as uvicorn does); SIGTERM/SIGINT stop all.
-    `app` is "module:attribute", a factory when the attribute's name starts with "create_"."""
-    probe = socket.create_server((host, port))  # without SO_REUSEPORT: fails if anything already listens
-    probe.close()
-    context = multiprocessing.get_context("spawn")
-
-    started: dict[int | None, float] = {}
-    parent = os.getpid()
-
-    def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=run_worker, args=(host, port, log_level, app, parent), daemon=False)
-        process.start()
-        started[process.pid] = time.monotonic()
-        return process
-
-    processes = [start() for _ in range(workers)]
-    stopping, failed = False, False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while not stopping:
-        time.sleep(0.2)
-        for i, process in enumerate(processes):
-            if process.is_alive() or stopping:
-                continue
-            if (process.exitcode or 0) > 0 and time.monotonic() - started[process.pid] < STARTUP_S:
-                # it gave up at start (bad settings, a store it cannot open): so would the next one; a worker
-                # killed by a signal (exit code < 0) is restarted whenever it dies
-                print(f"charon: worker {process.pid} failed at start ({process.exitcode})", flush=True)
-                stopping = failed = True
-                break
-            print(f"charon: worker {process.pid} exited ({process.exitcode}); starting one", flush=True)
-            processes[i] = start()
-    for process in processes:
-        if process.is_alive():
-            process.terminate()  # SIGTERM: uvicorn finishes its requests and runs the lifespan shutdown
-    for process in processes:
-        process.join(30)
-    return 1 if failed else 0
-
-
-PARENT_GONE_GRACE_S = 0.8  # a worker whose parent died finishes its requests this long, then exits
-
-
-def run_worker(host: str, port: int, log_level: str, app: str, parent: int) -> None:
-    """One worker of `supervise`: its own SO_REUSEPORT socket, one uvicorn server. It never outlives the
-    supervisor `parent`: the kernel sends it SIGTERM when the parent dies, even by kill -9 (uvicorn then
-    finishes its requests), and a watchdog ends it PARENT_GONE_GRACE_S later whatever it is doing, so no
-    orphan keeps the port answering 503 (its embedded store died with the parent)."""
-    import uvicorn
-
-    from app.embedded import die_with_parent
-
-    die_with_parent(signal.SIGTERM)
-    if os.getppid() != parent:  # it died before the line above
-        sys.exit(1)
-    threading.Thread(target=_exit_with, args=(parent,), name="charon-parent-watch", daemon=True).start()
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    factory = app.rpartition(":")[2].startswith("create_")
-    config = uvicorn.Config(app, factory=factory, log_level=log_level, access_log=False, host=host, port=port)
-    uvicorn.Server(config).run(sockets=[sock])
-
-
-def _exit_with(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(0.1)
-    time.sleep(PARENT_GONE_GRACE_S)
-    os._exit(1)
 
 
 def openapi(_: argparse.Namespace) -> int:

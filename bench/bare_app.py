@@ -19,14 +19,16 @@ async def ping() -> Response:
 
 
 if __name__ == "__main__":
-    from app.cli import run_worker, supervise
+    import uvicorn
+
+    from app.workers import run_workers
 
     p = argparse.ArgumentParser()
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8890)
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args()
+    options = {"host": args.host, "port": args.port, "log_level": "warning", "access_log": False}
     if args.workers > 1:
-        supervise(args.workers, args.host, args.port, "warning", "bench.bare_app:app")
-    else:
-        run_worker(args.host, args.port, "warning", "bench.bare_app:app")
+        raise SystemExit(run_workers(uvicorn.Config("bench.bare_app:app", workers=args.workers, **options)))
+    uvicorn.run("bench.bare_app:app", **options)

@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.compare import Service, loadgen
 from bench.revisions import TICKS
-from tests.acceptance.test_workers import workers_of
+from tests.acceptance.test_workers import connections, workers_of
 from tests.servers import RedisServer, free_port
 
 WORKLOADS = ("produce", "pipeline", "ping")
@@ -46,22 +46,6 @@ def service(name: str, redis_url: str, workers: int, log: Path) -> Service:
 def cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def connections(port: int, pids: list[int]) -> list[int]:
-    """Established connections to `port` that each of `pids` has open."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f[9])
-    counts = []
-    for pid in pids:
-        fds = Path(f"/proc/{pid}/fd")
-        links = [os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()]
-        counts.append(sum(link.startswith("socket:[") and link[8:-1] in inodes for link in links))
-    return counts
 
 
 def measure(svc: Service, workload: str, messages: int) -> dict[str, Any]:

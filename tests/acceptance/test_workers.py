@@ -1,15 +1,19 @@
-"""`charon serve --workers 2`: one SO_REUSEPORT socket per worker process (app/cli.py supervise); a worker
-that dies is replaced while the others keep serving, and SIGTERM stops every worker."""
+"""`charon serve --workers 2`: uvicorn's supervisor with one SO_REUSEPORT socket per worker process
+(app/workers.py); connections reach both workers, a worker that dies is replaced while the others keep
+serving, SIGTERM stops every worker, and a worker that cannot start stops the service."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import CLIENT_ID
 from tests.servers import CharonProcess
@@ -34,6 +38,22 @@ def listeners(port: int) -> int:
     return count
 
 
+def connections(port: int, pids: list[int]) -> list[int]:
+    """How many established connections to `port` each of `pids` has open (/proc/net/tcp, state 01, by
+    socket inode)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f[9])
+    counts = []
+    for pid in pids:
+        links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if fd.is_symlink()]
+        counts.append(sum(link.startswith("socket:[") and link[8:-1] in inodes for link in links))
+    return counts
+
+
 def wait_for(check: object, what: str, seconds: float = 20) -> None:
     deadline = time.monotonic() + seconds
     while not check():  # type: ignore[operator]
@@ -41,34 +61,44 @@ def wait_for(check: object, what: str, seconds: float = 20) -> None:
         time.sleep(0.1)
 
 
-def test_a_killed_worker_is_replaced_and_sigterm_stops_all(redis_url: str) -> None:
+def post_through_every_worker(service: CharonProcess, workers: list[int]) -> int:
+    """Posts a message on each of 16 kept-alive connections, which the kernel spreads over the workers'
+    sockets, and checks that every worker holds some of them (all 16 on one of two: 1 in 32,768)."""
+    clients = [httpx.Client(base_url=service.url, headers=HEADERS) for _ in range(16)]
+    try:
+        for n, c in enumerate(clients):
+            r = c.post("/v2/queues/w/messages", json={"messages": [{"body": n}]})
+            assert r.status_code == 201, r.text
+        held = connections(service.port, workers)
+        assert sum(held) == len(clients), f"connections held by workers {workers}: {held}"
+        assert all(held), f"connections held by workers {workers}: {held}"
+    finally:
+        for c in clients:
+            c.close()
+    return len(clients)
+
+
+def test_both_workers_serve_a_killed_one_is_replaced_and_sigterm_stops_all(redis_url: str) -> None:
     service = CharonProcess(
         redis_url, namespace=f"k{os.urandom(4).hex()}", env={"CHARON_WORKERS": "2"}
     ).start()
     assert service.proc is not None
     try:
         wait_for(lambda: len(workers_of(service.proc.pid)) == 2, "two workers did not start")
-        # ping answered once one worker listened: kill one only when both do, or none may be left listening
+        # ping answered once one worker listened: go on only when both do, each on its own socket
         wait_for(lambda: listeners(service.port) == 2, "two workers are not both listening")
         first = workers_of(service.proc.pid)
+        posted = post_through_every_worker(service, first)
         os.kill(first[0], signal.SIGKILL)
         wait_for(
             lambda: len(workers_of(service.proc.pid)) == 2 and first[0] not in workers_of(service.proc.pid),
             "the killed worker was not replaced",
         )
         wait_for(lambda: listeners(service.port) == 2, "the replacement worker does not listen")
-        posted = 0
-        for _ in range(20):  # a new connection each time: the kernel picks a worker for each
-            with httpx.Client(base_url=service.url, headers=HEADERS) as c:
-                r = c.post("/v2/queues/w/messages", json={"messages": [{"body": posted}]})
-                assert r.status_code == 201, r.text
-                posted += 1
-        with httpx.Client(base_url=service.url, headers=HEADERS) as c:
-            wait_for(
-                lambda: c.get("/v2/ping").status_code == 204, "the replacement worker does not answer", 10
-            )
-            assert c.get("/v2/queues/w/stats").json()["messages"]["total"] == posted
         running = workers_of(service.proc.pid)
+        posted += post_through_every_worker(service, running)
+        with httpx.Client(base_url=service.url, headers=HEADERS) as c:
+            assert c.get("/v2/queues/w/stats").json()["messages"]["total"] == posted
         service.proc.send_signal(signal.SIGTERM)
         assert service.proc.wait(30) == 0
         wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in running), "workers outlived SIGTERM")
@@ -76,11 +106,26 @@ def test_a_killed_worker_is_replaced_and_sigterm_stops_all(redis_url: str) -> No
         service.stop()
 
 
-def test_workers_that_cannot_start_stop_the_service_with_exit_code_1() -> None:
-    """A worker failing at start (here: a storage URI no driver takes) is not restarted in a loop: the
-    service stops, exit code 1, as uvicorn does with one worker."""
-    service = CharonProcess("bogus://nowhere", env={"CHARON_WORKERS": "2"})
+@pytest.mark.parametrize(
+    ("uri", "port_taken", "said"),
+    [
+        ("bogus://nowhere", False, "Unsupported storage URI scheme 'bogus'"),
+        ("redis://127.0.0.1:1/0", True, "Address already in use"),
+    ],
+    ids=["storage URI no driver takes", "port in use"],
+)
+def test_workers_that_cannot_start_stop_the_service_with_exit_code_1(
+    uri: str, port_taken: bool, said: str
+) -> None:
+    """A service whose workers cannot start (a store no driver takes, a port already in use) stops at once
+    with exit code 1 and says why; it does not restart workers in a loop (uvicorn's supervisor stops when a
+    worker exits with its STARTUP_FAILURE code)."""
+    service = CharonProcess(uri, env={"CHARON_WORKERS": "2"})
     argv = [sys.executable, "-m", "app.cli", "serve", "--port", str(service.port), "--log-level", "warning"]
-    done = subprocess.run(argv, env=service.env, capture_output=True, text=True, timeout=60, check=False)
+    with socket.socket() as taken:
+        if port_taken:
+            taken.bind(("127.0.0.1", service.port))
+            taken.listen()
+        done = subprocess.run(argv, env=service.env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "failed at start" in done.stdout
+    assert said in done.stderr

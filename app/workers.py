@@ -1,0 +1,80 @@
+"""`charon serve --workers N`: uvicorn's own supervisor (`uvicorn.supervisors.Multiprocess`: it starts the
+workers, replaces one that dies, stops them all when one fails at start or on SIGTERM/SIGINT, restarts them
+on SIGHUP), with one change. Uvicorn binds one socket and every worker accepts from it, so whichever worker
+is idle takes the next connection and kept-alive connections pile up on one of them; here each worker binds
+its own socket on the same port with SO_REUSEPORT, and the kernel spreads connections evenly over them
+(bench/README.md, "One socket per worker"). Also, a worker never outlives the supervisor."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import cast
+
+import uvicorn
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import Multiprocess
+
+from app.embedded import die_with_parent
+
+PARENT_GONE_GRACE_S = 0.8  # a worker whose supervisor died finishes its requests this long, then exits
+logger = logging.getLogger("uvicorn.error")
+
+
+def run_workers(config: uvicorn.Config) -> int:
+    """Serve `config.app` with `config.workers` processes until SIGTERM/SIGINT (then 0), or until a worker
+    fails at start (then 1: the next one would fail the same way)."""
+    try:  # bound without SO_REUSEPORT, this fails if anything already listens on the port
+        socket.create_server((config.host, config.port)).close()
+    except OSError as exc:
+        logger.error("Cannot listen on %s:%d: %s", config.host, config.port, exc)
+        return 1
+    logger.info("Charon running on http://%s:%d, one socket per worker", config.host, config.port)
+    own = cast(socket.socket, OwnSocket(config.host, config.port))  # uvicorn needs a socket only in workers
+    supervisor = Multiprocess(config, sockets=[own])
+    supervisor.run()
+    return 1 if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes) else 0
+
+
+class OwnSocket:
+    """Stands in for the socket uvicorn's supervisor hands every worker. A worker is a spawned process that
+    receives it pickled, and unpickling it calls `worker_socket` there: each worker (a replacement too) binds
+    its own socket as it starts."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+    def __reduce__(self) -> tuple[object, tuple[str, int, int]]:
+        return worker_socket, (self.host, self.port, os.getpid())
+
+
+def worker_socket(host: str, port: int, supervisor: int) -> socket.socket:
+    """In a starting worker: its listening socket on host:port (SO_REUSEPORT). The worker never outlives
+    `supervisor`: the kernel sends it SIGTERM when the supervisor dies, even by kill -9 (uvicorn then finishes
+    its requests), and a watchdog ends it PARENT_GONE_GRACE_S later whatever it is doing, so no orphan keeps
+    the port answering 503 (an embedded store dies with the supervisor)."""
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() != supervisor:  # it died before the line above
+        os._exit(1)
+    threading.Thread(target=_exit_with, args=(supervisor,), name="charon-parent-watch", daemon=True).start()
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:  # uvicorn's supervisor stops, as for any worker that cannot start
+        logger.error("Cannot listen on %s:%d: %s", host, port, exc)
+        sys.exit(STARTUP_FAILURE)
+    return sock
+
+
+def _exit_with(supervisor: int) -> None:
+    while os.getppid() == supervisor:
+        time.sleep(0.1)
+    time.sleep(PARENT_GONE_GRACE_S)
+    os._exit(1)
