@@ -1,6 +1,7 @@
 """`charon serve --workers 2`: uvicorn's supervisor with one SO_REUSEPORT socket per worker process
 (app/workers.py); connections reach both workers, a worker that dies is replaced while the others keep
-serving, SIGTERM stops every worker, and a worker that cannot start stops the service."""
+serving, SIGHUP replaces every worker, SIGTERM stops them all, and a worker that cannot start stops the
+service."""
 
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def post_through_every_worker(service: CharonProcess, workers: list[int]) -> int
     return len(clients)
 
 
-def test_both_workers_serve_a_killed_one_is_replaced_and_sigterm_stops_all(redis_url: str) -> None:
+def test_both_serve_a_killed_one_is_replaced_sighup_replaces_all_sigterm_stops_all(
+    redis_url: str,
+) -> None:
     service = CharonProcess(
         redis_url, namespace=f"k{os.urandom(4).hex()}", env={"CHARON_WORKERS": "2"}
     ).start()
@@ -95,6 +98,13 @@ def test_both_workers_serve_a_killed_one_is_replaced_and_sigterm_stops_all(redis
             "the killed worker was not replaced",
         )
         wait_for(lambda: listeners(service.port) == 2, "the replacement worker does not listen")
+        replaced = workers_of(service.proc.pid)
+        posted += post_through_every_worker(service, replaced)
+        service.proc.send_signal(signal.SIGHUP)  # uvicorn replaces each worker, the new one ready first
+        wait_for(
+            lambda: not set(replaced) & set(workers_of(service.proc.pid)), "SIGHUP replaced no worker", 60
+        )
+        wait_for(lambda: listeners(service.port) == 2, "the workers started by SIGHUP do not listen")
         running = workers_of(service.proc.pid)
         posted += post_through_every_worker(service, running)
         with httpx.Client(base_url=service.url, headers=HEADERS) as c:
