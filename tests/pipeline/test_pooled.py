@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from app.cli import main
 from pipeline import purepython
 from pipeline.aggregate import TABLES
+from storage.pooling.catalogue import Pool
 from storage.pooling.redis_catalogue import RedisCatalogue
 from storage.registry import open_export
 from tests.pipeline.conftest import PROJECTS, DeadLetters
@@ -82,8 +83,15 @@ def test_a_storage_uri_given_reads_that_one_store(
     monkeypatch.setenv("CHARON_POOLING", "true")
     monkeypatch.setenv("CHARON_MANAGEMENT_URI", data.store.uri)
     monkeypatch.setenv("CHARON_NAMESPACE", data.store.namespace)
-    catalogue = RedisCatalogue.from_url(data.store.uri, namespace=data.store.namespace)
-    blue = next(p for p in asyncio.run(catalogue.list_pools()) if p.name.startswith("blue"))
+
+    async def pools() -> list[Pool]:
+        catalogue = RedisCatalogue.from_url(data.store.uri, namespace=data.store.namespace)
+        try:
+            return await catalogue.list_pools()
+        finally:
+            await catalogue.aclose()
+
+    blue = next(p for p in asyncio.run(pools()) if p.name.startswith("blue"))
     assert data.pools is not None
     project = next(p for p, pool in data.pools.items() if pool == blue.name)
     dlqs = sorted({d for shop in data.shops.values() for d in shop.dlqs})
