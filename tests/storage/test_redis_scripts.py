@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection
 
 from core.clock import ManualClock
 from core.errors import StorageUnavailable
 from storage.redis.keys import full_scan_key, touched_key
-from storage.redis.runner import Script, ScriptRunner
+from storage.redis.runner import Script, ScriptRunner, pack_evalsha
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
 from tests.servers import RedisServer
@@ -101,3 +103,16 @@ async def test_a_call_that_waits_past_the_timeout_for_a_connection_is_unavailabl
         await client.aclose()
         await admin.aclose()
         server.stop()
+
+
+def test_a_packed_call_is_what_redis_py_sends() -> None:
+    """ScriptRunner packs EVALSHA itself (pack_evalsha): byte for byte what redis-py would send, for every
+    kind of argument a script takes; anything else is refused, as redis-py refuses it."""
+    script = Script("s", "return 1", write=False)
+    keys = [b"charon:{p}:q:orders", "charon:{p}:m:\u00e9t\u00e9"]
+    args = [b"", "", "x" * 7000, 0, -17, 2**40, 1.5, 1e-7, "\U0001f600"]
+    expected = b"".join(Connection().pack_command("EVALSHA", script.sha, len(keys), *keys, *args))
+    assert pack_evalsha(script, keys, args) == expected
+    for bad in (True, None, [1]):
+        with pytest.raises(TypeError, match="bytes, str, int or float"):
+            pack_evalsha(script, keys, [bad])
