@@ -184,15 +184,15 @@ class ScriptRunner:
                 batch = calls[i : i + self.CLUSTER_CONCURRENCY]
                 out += await asyncio.gather(*(self._via_redis_py(script, k, a) for k, a in batch))
             return out
-        commands = [("EVALSHA", script.sha, len(k), *k, *a) for k, a in calls]
+        commands = b"".join(pack_evalsha(script, k, a) for k, a in calls)
         await self._take_slot()
         try:
             conn, _ = await self._checkout()
             try:
-                replies = await self._pipelined(conn, script, commands)
+                replies = await self._pipelined(conn, script, commands, len(calls))
                 if any(isinstance(r, NoScriptError) for r in replies):  # none of them ran
                     await self._load(conn, script)
-                    replies = await self._pipelined(conn, script, commands)
+                    replies = await self._pipelined(conn, script, commands, len(calls))
             except BaseException as exc:
                 await self._checkin(conn, exc)
                 raise
@@ -287,13 +287,14 @@ class ScriptRunner:
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise connection_error(exc, sent=sent) from None
 
-    async def _pipelined(self, conn: Any, script: Script, commands: list[tuple[Any, ...]]) -> list[Any]:
+    async def _pipelined(self, conn: Any, script: Script, commands: bytes, count: int) -> list[Any]:
+        """`count` EVALSHAs of `script`, packed together in `commands`, sent at once; their replies."""
         sent = False
         try:
-            await conn.send_packed_command(conn.pack_commands(commands))
+            await conn.send_packed_command(commands)
             sent = script.write
             replies = []
-            for _ in commands:
+            for _ in range(count):
                 try:
                     replies.append(await conn.read_response())
                 except ResponseError as exc:
