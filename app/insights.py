@@ -4,9 +4,10 @@
   spark-submit --master spark://host:7077 app/submit.py --storage-uri ... --out /shared/insights
 
 Both run main(). The store is the service's: its Settings (CHARON_STORAGE_URI, CHARON_NAMESPACE, and with
-CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --storage-uri and --namespace taking the
-place of the first two. The checks that fail fast (the store, Java) run before Spark starts. Only
---keep-messages writes from the executors, so its --out must be a path every node sees (or hdfs://, s3a://...).
+CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --namespace taking the place of
+CHARON_NAMESPACE; --storage-uri names one store, read as it is, pooling or not (store_of). The checks that
+fail fast (the store, Java) run before Spark starts. Only --keep-messages writes from the executors, so its
+--out must be a path every node sees (or hdfs://, s3a://...).
 Exit codes: 0 done, 1 cannot run (the message says why), 3 nothing to analyse.
 """
 
