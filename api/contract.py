@@ -16,7 +16,15 @@ from typing import Any
 
 from api.ids import ID_SCHEMA
 from api.routes.queues import ListQuery
-from core.limits import CLIENT_ID_PATTERN, MAX_MARKER, NAME_RULE, NAME_SCHEMA, PROJECT_ID_MAX_LEN, Limits
+from core.limits import (
+    CLIENT_ID_PATTERN,
+    MAX_MARKER,
+    NAME_RULE,
+    NAME_SCHEMA,
+    PROJECT_ID_MAX_LEN,
+    Limits,
+    max_delete_ids,
+)
 from core.metadata import (
     DEAD_LETTER_ON_EXPIRY,
     DEAD_LETTER_QUEUE,
@@ -83,12 +91,16 @@ def _path_schema(name: str) -> Schema | None:
     return None
 
 
-def _query_schema(path: str, name: str, limits: Limits) -> Schema | None:
+def _query_schema(path: str, method: str, name: str, limits: Limits) -> Schema | None:
     page = {"type": "integer", "minimum": 1, "maximum": limits.max_messages_per_page}
+    claim = {"type": "integer", "minimum": 1, "maximum": limits.max_messages_per_claim}
+    most_ids = max_delete_ids(limits) if method == "delete" else limits.max_messages_per_page
     schemas: dict[str, Schema] = {
-        "limit": page,
-        "pop": page,
-        "ids": {"type": "array", "items": ID_SCHEMA, "minItems": 1, "maxItems": limits.max_messages_per_page},
+        "limit": claim if path.endswith("/claims") else page,
+        "pop": claim,
+        "ids": {"type": "array", "items": ID_SCHEMA, "minItems": 1, "maxItems": most_ids},
+        "claim_ids": {"type": "array", "items": ID_SCHEMA, "minItems": 1, "maxItems": most_ids},
+        "wait": {"type": "integer", "minimum": 0, "maximum": limits.max_claim_wait},
         "claim_id": ID_SCHEMA,
         "delay": {"type": "integer", "minimum": 0, "maximum": limits.max_claim_ttl},
         "name": {"type": "string", "minLength": 1, "maxLength": 64},
@@ -97,21 +109,32 @@ def _query_schema(path: str, name: str, limits: Limits) -> Schema | None:
         if path.endswith("/messages"):
             return {"type": "integer", "minimum": 0, "maximum": MAX_MARKER}
         return dict(NAME_SCHEMA)
-    if name in ("echo", "include_claimed", "include_delayed", "detailed", "with_count", "provenance"):
+    if name in (
+        "echo",
+        "include_claimed",
+        "include_delayed",
+        "detailed",
+        "with_count",
+        "provenance",
+        "acknowledge",
+    ):
         return {"type": "boolean"}
     return schemas.get(name)
 
 
-def _parameters(path: str, operation: Schema, limits: Limits) -> None:
+def _parameters(path: str, method: str, operation: Schema, limits: Limits) -> None:
     parameters: list[Schema] = operation.setdefault("parameters", [])
     for p in parameters:
         description = p.get("description") or p.get("schema", {}).get("description")
         exact = _path_schema(p["name"]) if p["in"] == "path" else None
         if p["in"] == "query":
-            exact = _query_schema(path, p["name"], limits)
+            exact = _query_schema(path, method, p["name"], limits)
         if exact is not None:
             p["schema"] = {**exact, **({"description": description} if description else {})}
-        if p["name"] == "ids":  # the OpenAPI form of Zaqar's comma-separated ids (repeated ones work too)
+        if p["name"] in (
+            "ids",
+            "claim_ids",
+        ):  # the OpenAPI form of Zaqar's comma-separated ids (repeated ones work too)
             p.update(style="form", explode=False)
     if path == "/v2/queues":
         parameters.append(_metadata_filters())
@@ -279,7 +302,7 @@ def refine(schema: Schema, limits: Limits) -> None:
     """Make FastAPI's `schema` the exact contract of a service with these `limits` (in place)."""
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
-            _parameters(path, operation, limits)
+            _parameters(path, method, operation, limits)
             _responses(path, method, operation)
             first = [k for k in OPERATION_KEYS if k in operation]
             operations[method] = {k: operation[k] for k in first + [k for k in operation if k not in first]}

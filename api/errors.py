@@ -17,9 +17,14 @@ from core.errors import CharonError, UnsupportedMediaType
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 
 
-def error_response(status: int, title: str, description: str) -> JSONResponse:
+def error_response(
+    status: int, title: str, description: str, details: dict[str, Any] | None = None
+) -> JSONResponse:
+    """Zaqar's error body; `details`: fields beside title and description (e.g. a bulk delete's
+    `not_deleted`)."""
     headers = {"Accept-Patch": JSON_PATCH} if status == UnsupportedMediaType.status else None
-    return JSONResponse({"title": title, "description": description}, status_code=status, headers=headers)
+    body = {"title": title, "description": description, **(details or {})}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def describe_errors(errors: Sequence[Any], *, sourced: bool = False) -> str:
@@ -40,7 +45,7 @@ def describe_errors(errors: Sequence[Any], *, sourced: bool = False) -> str:
 async def _charon_error(_: Request, exc: Exception) -> JSONResponse:
     """The answer to a domain error, from a FastAPI route or a plain one alike (api/routing.py)."""
     assert isinstance(exc, CharonError)
-    return error_response(exc.status, exc.title, exc.description)
+    return error_response(exc.status, exc.title, exc.description, exc.details)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

@@ -92,13 +92,25 @@ ClaimIdParam = Annotated[
 ]
 
 
-def message_ids(raw: list[str], max_ids: int) -> list[MessageId]:
-    """The `ids` query parameter: comma-separated (Zaqar's docs) or repeated (python-zaqarclient sends
-    those); at most `max_ids`, each an id; else 400."""
+def _listed(raw: list[str], max_ids: int, name: str, kind: str) -> list[str]:
+    """A query parameter listing ids: comma-separated (Zaqar's docs) or repeated (python-zaqarclient sends
+    those); at most `max_ids`, each an id; else 400 naming `name`."""
     ids = [i for part in raw for i in part.split(",")]
     if len(ids) > max_ids:
-        raise InvalidInput(f"ids may list at most {max_ids} message ids; got {len(ids)}.")
+        raise InvalidInput(f"{name} may list at most {max_ids} {kind} ids; got {len(ids)}.")
     for i in ids:
         if not is_valid_id(i):
-            raise InvalidInput(f"ids lists message ids (32 lowercase hex digits) by commas; got {i[:40]!r}.")
-    return [MessageId(i) for i in ids]
+            raise InvalidInput(
+                f"{name} lists {kind} ids (32 lowercase hex digits) by commas; got {i[:40]!r}."
+            )
+    return ids
+
+
+def message_ids(raw: list[str], max_ids: int) -> list[MessageId]:
+    """The `ids` query parameter."""
+    return [MessageId(i) for i in _listed(raw, max_ids, "ids", "message")]
+
+
+def claim_ids(raw: list[str], max_ids: int) -> list[ClaimId]:
+    """The `claim_ids` query parameter (a bulk delete's claims, Zaqar's `message_delete_with_claim_id`)."""
+    return [ClaimId(i) for i in dict.fromkeys(_listed(raw, max_ids, "claim_ids", "claim"))]

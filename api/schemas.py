@@ -394,5 +394,19 @@ class ErrorOut(BaseModel):
     description: str
 
 
+class NotDeletedItem(BaseModel):
+    id: str
+    reason: Literal["not_claimed", "claimed_by_another"] = Field(
+        description="not_claimed: no live claim holds it (the claim expired, or it was never claimed); "
+        "claimed_by_another: a claim that was not listed holds it."
+    )
+
+
+class NotDeletedOut(ErrorOut):
+    """403 of a claim-safe bulk delete that left some listed messages in place (the others were deleted)."""
+
+    not_deleted: list[NotDeletedItem]
+
+
 # Documented by hand in openapi.yaml's components (a response some route answers besides its model).
 REQUEST_MODELS += (RedrivePreviewOut,)

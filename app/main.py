@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,11 +26,41 @@ from app.settings import Settings
 from core.clock import Clock, SystemClock
 from service.redrive import RedriveRunner
 from service.sweeper import run_sweeper
+from service.waiting import LongPolls
 from storage.base import Store
 from storage.pooling.store import PooledStore
 from storage.registry import open_catalogue, open_store
 
 VERSION = "0.1.0"
+
+
+@contextlib.contextmanager
+def answer_long_polls_on_exit(polls: LongPolls) -> Iterator[None]:
+    """Uvicorn finishes the requests in flight before the lifespan ends, so a claim waiting 20 s would hold
+    the shutdown that long: on SIGTERM/SIGINT, waiting claims answer at once, then uvicorn's own handler
+    runs. (Only where signals can be caught: the main thread of a process that serves.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_exit(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(polls.close)
+        handler = previous[signal.Signals(sig)]
+        if callable(handler):
+            handler(sig, frame)
+        elif handler == signal.SIG_DFL:
+            signal.default_int_handler(sig, frame) if sig == signal.SIGINT else sys.exit(0)
+
+    for sig in previous:
+        signal.signal(sig, on_exit)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) is on_exit:
+                signal.signal(sig, handler)
 
 
 def create_app(
@@ -47,8 +81,10 @@ def create_app(
             sweeper = run_sweeper(active, settings.sweep_interval)
             tasks.append(asyncio.create_task(sweeper, name="charon-sweeper"))
         try:
-            yield
+            with answer_long_polls_on_exit(app.state.long_polls):
+                yield
         finally:
+            await app.state.long_polls.aclose()
             for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -104,6 +140,9 @@ def create_app(
     app.state.storage_check = health.StorageCheck()
     app.state.redrive = RedriveRunner(
         lambda: app.state.store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)
+    )
+    app.state.long_polls = LongPolls(
+        lambda: app.state.store, clock=clock, max_waiting=settings.limits.max_waiting_claims
     )
     if store is not None:
         app.state.store = store

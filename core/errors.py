@@ -6,6 +6,7 @@ CharonError
  │    └── InvalidQueueName  400 "Invalid queue identification"
  ├── NotAuthorized          403 "Not authorized"
  │    └── ClaimMismatch     403 (a claimed message deleted without, or with another, claim id)
+ │         └── NotAllDeleted 403 (a bulk delete with claim_ids left some: `not_deleted` says which, why)
  ├── NotFound               404 "Not found"
  │    ├── MessageNotFound
  │    └── ClaimNotFound
@@ -15,6 +16,7 @@ CharonError
  ├── IdempotencyKeyReused   422 "Idempotency key reused"
  ├── StorageUnavailable     503 "Service temporarily unavailable"   (nothing was changed)
  │    └── OutcomeUnknown    503 (the store stopped answering after a write was sent: it may have happened)
+ ├── ServiceBusy            503 (a bound of this process is reached, e.g. waiting claims; nothing was changed)
  └── StorageFull            507 "Insufficient storage"   (the store refuses writes; nothing was changed)
 
 The message of every instance is the description shown to the user: it says what to change.
@@ -22,7 +24,7 @@ The message of every instance is the description shown to the user: it says what
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class CharonError(Exception):
@@ -32,6 +34,11 @@ class CharonError(Exception):
     @property
     def description(self) -> str:
         return str(self)
+
+    @property
+    def details(self) -> dict[str, Any] | None:
+        """Fields the error body carries beside title and description."""
+        return None
 
 
 class InvalidInput(CharonError):
@@ -54,6 +61,18 @@ class NotAuthorized(CharonError):
 
 class ClaimMismatch(NotAuthorized):
     pass
+
+
+class NotAllDeleted(ClaimMismatch):
+    """A claim-safe bulk delete left some listed messages in place (the others were deleted)."""
+
+    def __init__(self, message: str, not_deleted: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.not_deleted = not_deleted or []
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"not_deleted": self.not_deleted}
 
 
 class NotFound(CharonError):
@@ -116,6 +135,13 @@ class OutcomeUnknown(StorageUnavailable):
             "been carried out. Read the resource before repeating a change; a message post repeated with the "
             "same Idempotency-Key header is stored once."
         )
+
+
+class ServiceBusy(CharonError):
+    """A bound of this process is reached (e.g. how many claims may wait at once); nothing was changed."""
+
+    status = 503
+    title = "Service temporarily unavailable"
 
 
 class StorageFull(CharonError):

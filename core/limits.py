@@ -40,9 +40,26 @@ class Limits(BaseModel):
     default_claim_ttl: int = Field(300, description="Claim ttl when a claim gives none.")
     max_claim_grace: int = Field(43_200, description="Largest claim grace, seconds.")
     default_claim_grace: int = Field(60, description="Claim grace when a claim gives none.")
-    max_messages_per_page: int = Field(20, description="Most items a page, a claim, a pop or `ids` takes.")
+    max_messages_per_page: int = Field(20, ge=1, description="Most items a page or a get by `ids` takes.")
+    max_messages_per_claim: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="Most messages a claim or a pop takes (Zaqar's max_messages_per_claim_or_pop), and the "
+        "most `ids` a bulk delete takes when that is more than max_messages_per_page (so a claim can be "
+        "acknowledged in one call). Larger claims cost fewer requests a message, but a consumer that dies "
+        "holds more messages until the claim expires (README: Consuming in batches).",
+    )
     default_messages_per_page: int = Field(10, description="Page size when `limit` is not given.")
     default_messages_per_claim: int = Field(10, description="Claim size when `limit` is not given.")
+    max_claim_wait: int = Field(
+        20, ge=0, le=60, description="Longest `wait` of a claim (long polling, EXT), seconds; at most 60."
+    )
+    max_waiting_claims: int = Field(
+        1000,
+        ge=1,
+        description="Most claims that wait at once (long polling) in one API process; beyond, 503.",
+    )
     max_messages_post_size: int = Field(262_144, description="Largest message POST body, bytes.")
     max_queue_metadata: int = Field(65_536, description="Largest queue metadata body, bytes.")
     max_json_depth: int = Field(
@@ -183,6 +200,15 @@ def check_claim_grace(grace: int, limits: Limits) -> int:
 
 def check_page_limit(limit: int, limits: Limits, what: str = "limit") -> int:
     return check_range(limit, 1, limits.max_messages_per_page, what)
+
+
+def check_claim_limit(limit: int, limits: Limits, what: str = "limit") -> int:
+    return check_range(limit, 1, limits.max_messages_per_claim, what)
+
+
+def max_delete_ids(limits: Limits) -> int:
+    """The most `ids` a bulk delete takes: a page, or a whole claim when claims may be larger."""
+    return max(limits.max_messages_per_page, limits.max_messages_per_claim)
 
 
 DELAY_DOC = (

@@ -105,6 +105,24 @@ class ClaimResult:
     claim: Claim | None
     dead_lettered: int = 0
     discarded: int = 0
+    # when nothing was claimable: the earliest time (ms) a message of the queue becomes claimable by time
+    # alone (a delay or a backoff ends, a claim expires), None when none will; a long poll sleeps until then
+    next_ms: int | None = None
+
+
+# Why a bulk acknowledge did not delete a message (NotDeleted.reason).
+NotDeletedReason = Literal[
+    "not_claimed",  # no live claim holds it (the claim given for it has expired, or it was never claimed)
+    "claimed_by_another",  # a live claim that is not among the given ones holds it
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NotDeleted:
+    """A message a claim-safe bulk delete (`ids` with `claim_ids`) left in place, and why."""
+
+    id: MessageId
+    reason: NotDeletedReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ nothing to list or claim), and posting to it creates it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from core.metadata import QueuePolicy
@@ -23,6 +23,7 @@ from core.models import (
     Message,
     MessageId,
     NewMessage,
+    NotDeleted,
     Page,
     QueueInfo,
     QueueRef,
@@ -34,6 +35,23 @@ from core.models import (
 )
 
 DEFAULT_TIMEOUT_S = 5.0  # seconds a storage operation may take before it fails (Settings.storage_timeout)
+
+# Told that n messages of a queue became claimable (now, or later: a delayed one); (None, 0) when the source
+# may have missed some (its connection failed): every waiter should claim again and listen afresh.
+WakeCallback = Callable[[QueueRef | None, int], None]
+
+
+class Wakeups(Protocol):
+    """Where long polls learn that messages became claimable (Store.wakeups)."""
+
+    async def listen(self, q: QueueRef) -> None:
+        """Start telling `on_wake` about `q`; returns once a message made claimable from then on is told.
+        Idempotent. Raises StorageUnavailable when the store does not take it."""
+
+    async def unlisten(self, q: QueueRef) -> None:
+        """Stop telling about `q` (nothing when not listening)."""
+
+    async def aclose(self) -> None: ...
 
 
 class QueueStore(Protocol):
@@ -137,25 +155,38 @@ class MessageStore(Protocol):
                 `claim_id` is given and no claim holds the message any more.
         """
 
-    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
-        """Delete the messages with these ids, claimed or not (Zaqar's bulk delete)."""
+    async def delete_messages(
+        self, q: QueueRef, ids: Sequence[MessageId], *, claim_ids: Sequence[ClaimId] | None = None
+    ) -> list[NotDeleted]:
+        """Delete the live messages with these ids (ids of missing messages are skipped).
+
+        Without `claim_ids`, claimed or not (Zaqar's bulk delete). With them (a set), a message is deleted
+        only if one of those claims holds it now, each message by a guarded write (atomic per message; one
+        step for the whole call on Redis); the others stay and are returned with the reason. Returns [] when
+        every listed live message was deleted."""
 
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
         """Take up to `limit` of the oldest claimable messages and delete them in the same step."""
 
 
 class ClaimStore(Protocol):
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
         """Claim up to `limit` claimable messages, oldest first, in one atomic step.
 
         Each claimed message's claim_count is incremented in that step and it lives at least until the claim
         ends plus `grace`. A message whose claim_count already equals the queue's `_max_claim_count` is moved
         to the DLQ (or discarded when none is set) instead, and picking goes on until `limit` messages are
-        claimed or none is left. `claim` is None when nothing was claimed.
+        claimed or none is left. `claim` is None when nothing was claimed; then `next_ms` says when a message
+        becomes claimable by time alone. `wait_ms` > 0: a long poll that will wait that long when nothing
+        is claimable, and wants to be told (`wakeups`) when something becomes so.
         """
 
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
         """The claim with the live messages it still holds. Raises ClaimNotFound (also once expired)."""
+
+    async def acknowledge_claim(self, q: QueueRef, claim_id: ClaimId) -> int:
+        """Delete the messages the claim holds now, and the claim, in one step (per message on MongoDB, the
+        claim last). Returns how many messages. Raises ClaimNotFound (also once expired)."""
 
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
         """Restart the claim with a new ttl and grace. Raises ClaimNotFound."""
@@ -236,6 +267,9 @@ class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, Protocol):
         call does the work only if it wins the store-wide lease for that long (else returns None), so many
         API processes share the load instead of repeating it. Returns the number of queues visited.
         """
+
+    def wakeups(self, on_wake: WakeCallback) -> Wakeups:
+        """A source of long-poll wake-ups that calls `on_wake` (from this event loop)."""
 
     async def ping(self) -> None:
         """Raises StorageUnavailable when the backend does not answer."""

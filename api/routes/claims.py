@@ -21,14 +21,17 @@ from api.params import QueryModel
 from api.render import json_response, messages
 from api.routing import Router
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
+from core.errors import InvalidInput
 from core.limits import (
     DELAY_DOC,
     Limits,
     check_claim_grace,
+    check_claim_limit,
     check_claim_ttl,
-    check_page_limit,
+    check_range,
     check_release_delay,
 )
+from service.waiting import LongPolls
 
 router = Router(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -41,11 +44,22 @@ async def _claim_body(request: Request, limits: Limits) -> ClaimIn:
 
 
 class ClaimQuery(ProvenanceQuery):
-    limit: int | None = Field(None, description="Most messages to claim, 1 to 20.")
+    limit: int | None = Field(None, description="Most messages to claim, 1 to 20 (max_messages_per_claim).")
+    wait: int | None = Field(
+        None,
+        description="Long polling (EXT, SQS's WaitTimeSeconds): when nothing is claimable, wait up to this "
+        "many seconds (0 to 20, max_claim_wait) until a message is (posted, released, its delay over, "
+        "dead-lettered into or redriven to this queue), then claim it; 204 if none came. Default 0.",
+    )
 
 
 class ReleaseQuery(QueryModel):
     delay: int | None = Field(None, description=DELAY_DOC)
+    acknowledge: bool = Field(
+        False,
+        description="EXT: true deletes the messages the claim still holds, with the claim, in one step "
+        '("I processed everything I claimed"); 404 when the claim does not exist or has expired.',
+    )
 
 
 @router.plain(
@@ -53,19 +67,30 @@ class ReleaseQuery(QueryModel):
     "/v2/queues/{queue_name}/claims",
     status_code=201,
     response_model=MessagesOut,
-    summary="Claim up to `limit` messages (204 when none is claimable)",
-    responses={204: {"description": "Nothing to claim."}},
+    summary="Claim up to `limit` messages (204 when none is claimable, after `wait` seconds if given)",
+    description="With `wait` (long polling, EXT), a claim that finds nothing waits until a message becomes "
+    "claimable or `wait` seconds pass: woken by the store (Redis pub/sub, a MongoDB change stream), one "
+    "waiter a message. At most max_waiting_claims (1000) claims wait at once in one API process: beyond, "
+    "503 (claim again in a moment). At shutdown, waiting claims answer at once (204).\n\n"
+    '`curl -X POST -H "Client-ID: $CID" -H "X-Project-ID: $P" -H "Content-Type: application/json" '
+    '-d \'{"ttl": 60}\' "$BASE/v2/queues/jobs/claims?limit=10&wait=20"`',
+    responses={204: {"description": "Nothing to claim (within `wait`)."}},
     openapi_extra=CLAIM_BODY,
 )
 async def create_claim(request: Request, params: ClaimQuery) -> Response:
     call = call_of(request)
     limits = call.limits
     limit, provenance = params.limit, call.show(params.provenance)
-    size = check_page_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
+    size = check_claim_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
+    wait = check_range(params.wait, 0, limits.max_claim_wait, "wait") if params.wait is not None else 0
     body = await _claim_body(request, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
     grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
-    result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size)
+    if wait:
+        polls: LongPolls = request.app.state.long_polls
+        result = await polls.claim(call.q, ttl=ttl, grace=grace, limit=size, wait=wait)
+    else:
+        result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size)
     if result.claim is None:
         return Response(status_code=204)
     now = call.clock.now_ms()
@@ -121,8 +146,13 @@ async def renew_claim(call: CallDep, cid: ClaimIdDep, request: Request) -> Respo
     "DELETE",
     "/v2/queues/{queue_name}/claims/{claim_id}",
     status_code=204,
-    summary="Release a claim: its messages can be claimed again (after `delay`, or the queue's backoff)",
-    description="Without `delay`, each message waits the queue's redelivery backoff (`_redelivery_delay`, "
+    summary="Release a claim: its messages can be claimed again (after `delay`, or the queue's backoff); "
+    "or, with `acknowledge=true`, delete them with it",
+    responses={404: {"model": ErrorOut, "description": "acknowledge=true: no such live claim."}},
+    description="With `acknowledge=true` (EXT), the messages the claim still holds are deleted with the "
+    "claim in one step (one script on Redis; on MongoDB the messages, then the claim), and an unknown or "
+    "expired claim is 404: the messages may be delivered again.\n\n"
+    "Without `delay`, each message waits the queue's redelivery backoff (`_redelivery_delay`, "
     "`_redelivery_delay_multiplier`, `_max_redelivery_delay`, `_redelivery_jitter`, "
     "`_redelivery_delay_levels`), counted by its claim count; without a backoff it is claimable at once.\n\n"
     '`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
@@ -131,5 +161,12 @@ async def renew_claim(call: CallDep, cid: ClaimIdDep, request: Request) -> Respo
 async def release_claim(request: Request, params: ReleaseQuery) -> Response:
     call = call_of(request)
     wait = check_release_delay(params.delay, call.limits)
+    if params.acknowledge:
+        if wait is not None:
+            raise InvalidInput(
+                "acknowledge=true deletes the claim's messages: a delay has no meaning with it."
+            )
+        await call.store.acknowledge_claim(call.q, claim_id(request))
+        return Response(status_code=204)
     await call.store.release_claim(call.q, claim_id(request), delay=wait)
     return Response(status_code=204)

@@ -27,7 +27,7 @@ from api.deps import (
     sent_twice,
     validate_body,
 )
-from api.ids import ClaimIdParam, MessageIdDep, message_id, message_ids
+from api.ids import ClaimIdParam, MessageIdDep, claim_ids, message_id, message_ids
 from api.params import QUERY, QueryModel
 from api.render import json_response, message, messages
 from api.routing import Router
@@ -36,22 +36,24 @@ from api.schemas import (
     MessageOut,
     MessagesOut,
     MessagesPage,
+    NotDeletedOut,
     PostedOut,
     PostMessagesIn,
     RejectIn,
     RejectOut,
     json_body,
 )
-from core.errors import InvalidInput, MessageNotFound
+from core.errors import InvalidInput, MessageNotFound, NotAllDeleted
 from core.limits import (
     DELAY_DOC,
+    check_claim_limit,
     check_json_depth,
     check_marker,
     check_message_delay,
     check_message_ttl,
     check_page_limit,
-    check_range,
     check_release_delay,
+    max_delete_ids,
 )
 from core.models import Idempotency, NewMessage, Rejection
 
@@ -97,7 +99,8 @@ def fingerprint(body: PostMessagesIn) -> str:
     return hashlib.sha256(orjson.dumps(given, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-IDS_DOC = "Message ids, comma-separated (at most 20)."
+IDS_DOC = "Message ids, comma-separated (at most 20; on a delete, at most max_messages_per_claim if larger)."
+NOT_DELETED_REASONS = "not_claimed: no live claim holds it; claimed_by_another: a claim not listed holds it"
 
 
 class ListQuery(ProvenanceQuery):
@@ -111,6 +114,12 @@ class ListQuery(ProvenanceQuery):
 
 class DeleteManyQuery(ProvenanceQuery):
     ids: list[str] | None = Field(None, description=IDS_DOC)
+    claim_ids: list[str] | None = Field(
+        None,
+        description="Claim ids, comma-separated (Zaqar's `message_delete_with_claim_id`): each listed "
+        "message is deleted only if one of these claims holds it now (claim-safe acknowledge); the others "
+        "stay, answered 403 with `not_deleted`. Without it, `ids` are deleted whatever holds them (Zaqar).",
+    )
     pop: int | None = Field(None, description="How many messages to take and delete, 1 to 20.")
 
 
@@ -231,8 +240,22 @@ async def list_messages(
 @router.delete(
     "/v2/queues/{queue_name}/messages",
     summary="Delete messages by ids (204), or pop up to N messages (200)",
+    description="With `claim_ids`, a claim-safe bulk acknowledge: each message listed in `ids` is deleted "
+    "only if one of the listed claims holds it now, in one atomic step on Redis (a guarded delete per "
+    "message on MongoDB). 204 when every listed message was deleted (ids of messages that no longer exist "
+    "are skipped); else 403 with `not_deleted`, each `{id, reason}`, reason `not_claimed` (no live claim "
+    "holds it: the claim expired, or it was never claimed) or `claimed_by_another`; the others were "
+    "deleted.\n\n"
+    '`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
+    '"$BASE/v2/queues/jobs/messages?ids=$M1,$M2&claim_ids=$CLAIM"`',
     status_code=204,
-    responses={200: {"model": MessagesOut, "description": "The popped messages."}},
+    responses={
+        200: {"model": MessagesOut, "description": "The popped messages."},
+        403: {
+            "model": NotDeletedOut,
+            "description": "Some listed messages were not deleted (`not_deleted`).",
+        },
+    },
 )
 async def delete_messages(
     q: QueueDep,
@@ -243,17 +266,30 @@ async def delete_messages(
     params: Annotated[DeleteManyQuery, QUERY],
 ) -> Response:
     ids, pop = params.ids, params.pop
+    if params.claim_ids is not None and ids is None:
+        raise InvalidInput("claim_ids goes with ids: the claims that hold the listed messages.")
     if (ids is None) == (pop is None):
         raise InvalidInput(
             "Give either ids (to delete those messages) or pop (to take N), not both or neither."
         )
     if pop is not None:
-        check_range(pop, 1, limits.max_messages_per_page, "pop")
+        check_claim_limit(pop, limits, "pop")
         popped = await store.pop_messages(q, limit=pop)
         now = clock.now_ms()
         return json_response({"messages": messages(popped, now, provenance=provenance)})
     assert ids is not None
-    await store.delete_messages(q, message_ids(ids, limits.max_messages_per_page))
+    listed = message_ids(ids, max_delete_ids(limits))
+    if params.claim_ids is None:
+        await store.delete_messages(q, listed)
+        return Response(status_code=204)
+    claims = claim_ids(params.claim_ids, max_delete_ids(limits))
+    left = await store.delete_messages(q, listed, claim_ids=claims)
+    if left:
+        raise NotAllDeleted(
+            f"{len(left)} of the listed messages were not deleted, since none of the given claims holds them "
+            f"now (not_deleted says which and why: {NOT_DELETED_REASONS}); the others were deleted.",
+            [{"id": n.id, "reason": n.reason} for n in left],
+        )
     return Response(status_code=204)
 
 

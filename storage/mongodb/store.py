@@ -46,6 +46,7 @@ from core.models import (
     MessageId,
     MessageStamp,
     NewMessage,
+    NotDeleted,
     Page,
     QueueInfo,
     QueueRef,
@@ -55,7 +56,7 @@ from core.models import (
     Rejection,
     TaskId,
 )
-from storage.base import DEFAULT_TIMEOUT_S
+from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import MARKER_ATTEMPTS, ensure_queue, insert_in_order, reserve_markers
 from storage.mongodb.errors import after_commit, unavailable_as_domain_error
@@ -85,6 +86,7 @@ from storage.mongodb.schema import (
 )
 from storage.mongodb.schema import MESSAGE as M
 from storage.mongodb.sweeper import sweep_all, take_lease
+from storage.mongodb.wakeups import MongoWakeups
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -500,8 +502,26 @@ class MongoStore:
         )
 
     @_op
-    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
-        await self._c.messages.delete_many({M.ID: {"$in": list(ids)}, M.PROJECT: q.project, M.QUEUE: q.name})
+    async def delete_messages(
+        self, q: QueueRef, ids: Sequence[MessageId], *, claim_ids: Sequence[ClaimId] | None = None
+    ) -> list[NotDeleted]:
+        listed = {M.ID: {"$in": list(ids)}, M.PROJECT: q.project, M.QUEUE: q.name}
+        if claim_ids is None:
+            await self._c.messages.delete_many(listed)
+            return []
+        now = self._now()
+        live = {**listed, M.EXPIRES: {"$gt": now}}
+        # each document's delete checks its guard atomically: only a message one of the claims holds now goes
+        held = {M.CLAIM: {"$in": list(claim_ids)}, M.CLAIM_END: {"$gt": now}}
+        deleted = (await self._c.messages.delete_many({**live, **held})).deleted_count
+        if deleted == len(set(ids)):
+            return []
+        left = {d[M.ID]: d async for d in self._c.messages.find(live, {M.CLAIM_END: 1})}
+        return [
+            NotDeleted(i, "claimed_by_another" if left[i].get(M.CLAIM_END, 0) > now else "not_claimed")
+            for i in dict.fromkeys(ids)
+            if i in left
+        ]
 
     @_op
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
@@ -522,7 +542,7 @@ class MongoStore:
     # -- claims -------------------------------------------------------------------------------------------
 
     @_op
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
         """The claim's record first, then its messages: a failure between them leaves a record holding
         nothing (dropped by its TTL index), never messages held by a claim nobody was told of. The messages
         are answered from what the claim read and wrote, without reading them again."""
@@ -547,12 +567,21 @@ class MongoStore:
         )
         if claimed == []:
             await after_commit(self._c.claims.delete_one({c.ID: claim_id}), "dropping an empty claim")
-            return ClaimResult(claim=None, dead_lettered=moved, discarded=discarded)
+            next_ms = await self._next_claimable(q, now) if wait_ms > 0 else None
+            return ClaimResult(claim=None, dead_lettered=moved, discarded=discarded, next_ms=next_ms)
         held = await self._held(q, claim_id, now) if claimed is None else [message_of(d) for d in claimed]
         claim = Claim(
             id=claim_id, queue=q.name, ttl=ttl, grace=grace, created_ms=now, expires_ms=ce, messages=held
         )
         return ClaimResult(claim=claim, dead_lettered=moved, discarded=discarded)
+
+    async def _next_claimable(self, q: QueueRef, now: int) -> int | None:
+        """When the queue's first message becomes claimable by time alone (a delay, a backoff or a claim
+        ends), None when none will. Only a long poll that found nothing asks (it reads the queue's live
+        messages not claimable now)."""
+        query = {M.PROJECT: q.project, M.QUEUE: q.name, M.VISIBLE: {"$gt": now}, M.EXPIRES: {"$gt": now}}
+        first = await self._c.messages.find_one(query, {M.VISIBLE: 1}, sort=[(M.VISIBLE, 1)])
+        return None if first is None else int(first[M.VISIBLE])
 
     async def _held(self, q: QueueRef, claim_id: ClaimId, now: int) -> list[Message]:
         return [message_of(d) for d in await held_by(self._c, q, claim_id, now).to_list()]
@@ -575,6 +604,16 @@ class MongoStore:
             expires_ms=doc[c.EXPIRES],
             messages=await self._held(q, claim_id, now),
         )
+
+    @_op
+    async def acknowledge_claim(self, q: QueueRef, claim_id: ClaimId) -> int:
+        now = self._now()
+        this = {CLAIM.ID: claim_id, CLAIM.PROJECT: q.project, CLAIM.QUEUE: q.name}
+        if await self._c.claims.find_one({**this, CLAIM.EXPIRES: {"$gt": now}}, {CLAIM.ID: 1}) is None:
+            raise ClaimNotFound(f"Claim {claim_id} does not exist or has expired.")
+        deleted = await self._c.messages.delete_many({**held(q, claim_id, now), M.CLAIM_END: {"$gt": now}})
+        await after_commit(self._c.claims.delete_one(this), "dropping an acknowledged claim")
+        return deleted.deleted_count
 
     @_op
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
@@ -809,6 +848,9 @@ class MongoStore:
         return await sweep_all(self._c, now)
 
     # -- service ------------------------------------------------------------------------------------------
+
+    def wakeups(self, on_wake: WakeCallback) -> MongoWakeups:
+        return MongoWakeups(self._c.messages, on_wake)
 
     @_op
     async def ping(self) -> None:

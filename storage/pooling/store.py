@@ -33,6 +33,7 @@ from core.models import (
     Message,
     MessageId,
     NewMessage,
+    NotDeleted,
     Page,
     QueueInfo,
     QueueRef,
@@ -42,7 +43,7 @@ from core.models import (
     Rejection,
     TaskId,
 )
-from storage.base import DEFAULT_TIMEOUT_S, Store
+from storage.base import DEFAULT_TIMEOUT_S, Store, WakeCallback, Wakeups
 from storage.pooling.catalogue import Catalogue, Pool
 from storage.registry import open_store
 
@@ -312,10 +313,11 @@ class PooledStore:
         if store is not None:
             await store.delete_message(q, message_id, claim_id=claim_id)
 
-    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
+    async def delete_messages(
+        self, q: QueueRef, ids: Sequence[MessageId], *, claim_ids: Sequence[ClaimId] | None = None
+    ) -> list[NotDeleted]:
         store = await self._route(q)
-        if store is not None:
-            await store.delete_messages(q, ids)
+        return [] if store is None else await store.delete_messages(q, ids, claim_ids=claim_ids)
 
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
         store = await self._route(q)
@@ -323,11 +325,22 @@ class PooledStore:
 
     # -- claims --------------------------------------------------------------------------------------------
 
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
         store = await self._route(q)
         if store is None:
+            if wait_ms > 0:  # a long poll on a queue not placed yet: its first post may go to any pool
+                for pool in await self.catalogue.list_pools():
+                    await (await self.pool_store(pool.name)).claim(
+                        q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms
+                    )
             return ClaimResult(claim=None)
-        return await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+        return await store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms)
+
+    async def acknowledge_claim(self, q: QueueRef, claim_id: ClaimId) -> int:
+        store = await self._route(q)
+        if store is None:
+            raise no_claim(claim_id)
+        return await store.acknowledge_claim(q, claim_id)
 
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
         store = await self._route(q)
@@ -468,12 +481,53 @@ class PooledStore:
         answers = await asyncio.gather(*(reachable(store) for _, store in pools))
         return {name: ok for (name, _), ok in zip(pools, answers, strict=True)}
 
+    def wakeups(self, on_wake: WakeCallback) -> PooledWakeups:
+        return PooledWakeups(self, on_wake)
+
     async def aclose(self) -> None:
         for store in [*self.opened().values(), *self._retired]:
             await store.aclose()
         self._open.clear()
         self._retired.clear()
         await self.catalogue.aclose()
+
+
+class PooledWakeups:
+    """Long-poll wake-ups of the pool that holds each queue; for a queue not placed yet, of every pool (its
+    first post places it in one of them)."""
+
+    def __init__(self, pooled: PooledStore, on_wake: WakeCallback) -> None:
+        self._pooled, self._on_wake = pooled, on_wake
+        self._sources: dict[str, Wakeups] = {}
+        self._listening: dict[QueueRef, list[str]] = {}
+
+    def _told(self, q: QueueRef | None, n: int) -> None:
+        if q is None:  # a source lost its subscriptions: so does every listen made through it
+            self._listening.clear()
+        self._on_wake(q, n)
+
+    async def listen(self, q: QueueRef) -> None:
+        if q in self._listening:
+            return
+        place = await self._pooled.catalogue.lookup(q)
+        names = [place] if place is not None else [p.name for p in await self._pooled.catalogue.list_pools()]
+        for name in names:
+            source = self._sources.get(name)
+            if source is None:
+                source = self._sources[name] = (await self._pooled.pool_store(name)).wakeups(self._told)
+            await source.listen(q)
+        self._listening[q] = names
+
+    async def unlisten(self, q: QueueRef) -> None:
+        for name in self._listening.pop(q, []):
+            if name in self._sources:
+                await self._sources[name].unlisten(q)
+
+    async def aclose(self) -> None:
+        for source in self._sources.values():
+            await source.aclose()
+        self._sources.clear()
+        self._listening.clear()
 
 
 def home_pool(project: str, pools: Sequence[Pool]) -> Pool:

@@ -22,6 +22,8 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix q:<name>:claimed      ZSET  id -> ms       claimed until the score
   prefix q:<name>:expiry       ZSET  id -> ms       the message expires at the score
   prefix q:<name>:idem:<key>   HASH  IdempotencyField: an Idempotency-Key's record (post_messages.lua)
+  prefix q:<name>:waiting      STRING set while a long poll waits on the queue (expires with the wait)
+  channel prefix q:<name>:wake  pub/sub: n messages of the queue became claimable (only while `waiting`)
   prefix m:<id>                HASH  MessageField
   prefix c:<claim id>          HASH  ClaimField;   prefix c:<claim id>:m  LIST of the message ids it took
   prefix t:<task id>           HASH  TaskField: a redrive task
@@ -256,6 +258,16 @@ class QueueKeys:
     @property
     def queue(self) -> str:
         return self.project.queue(self.name)
+
+    @property
+    def waiting(self) -> str:
+        """STRING set (with an expiry) while a long poll waits on the queue (claim.lua)."""
+        return f"{self.queue}:waiting"
+
+    @property
+    def wake_channel(self) -> str:
+        """The pub/sub channel lib.lua's publish_wakes() tells the waiting long polls on."""
+        return f"{self.queue}:wake"
 
     def idempotency(self, key: str) -> str:
         """HASH IdempotencyField: an Idempotency-Key's record (post_messages.lua)."""

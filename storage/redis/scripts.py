@@ -39,6 +39,7 @@ SCRIPT_NAMES = (
     "get_claim",
     "renew_claim",
     "release_claim",
+    "acknowledge_claim",
     "release_message",
     "dead_letter_message",
     "sweep",
@@ -59,6 +60,12 @@ def defaults_args(defaults: DeadLetterDefaults) -> list[bytes]:
     prefix, suffix = defaults.prefix_suffix or ("", "")
     maxcc = "" if defaults.max_claim_count is None else str(defaults.max_claim_count)
     return [maxcc.encode(), prefix.encode(), suffix.encode()]
+
+
+def wrapped(lib: str, body: str) -> str:
+    """A script's text: lib.lua, then its body as a function, whose answer is returned after lib.lua's
+    publish_wakes() has told long polls of the messages the body made claimable (however it returns)."""
+    return f"{lib}\nlocal function main()\n{body}\nend\nlocal reply = main()\npublish_wakes()\nreturn reply\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,7 @@ class ClaimReply(NamedTuple):
     lowered: bool
     dead_lettered: int
     discarded: int
+    next_ms: int | None  # nothing claimed: when a message becomes claimable by time alone (None: never)
     messages: list[Message]
 
 
@@ -147,7 +155,7 @@ class Scripts:
         lib = _source("lib")
         self._run = runner
         self._s = {
-            name: Script(name, f"{lib}\n{_source(name)}", write=name not in READ_SCRIPTS)
+            name: Script(name, wrapped(lib, _source(name)), write=name not in READ_SCRIPTS)
             for name in SCRIPT_NAMES
         }
         self._defaults = defaults_args(defaults or DeadLetterDefaults())
@@ -236,8 +244,15 @@ class Scripts:
         args = [message_id, claim_id or ""]
         return bool(await self._queue("delete_message", t, now, args, [t.project.message(message_id)]))
 
-    async def delete_messages(self, t: Target, *, now: int, ids: Sequence[str]) -> int:
-        return int(await self._queue("delete_messages", t, now, ids, [t.project.message(i) for i in ids]))
+    async def delete_messages(
+        self, t: Target, *, now: int, ids: Sequence[str], claim_ids: Sequence[str] | None
+    ) -> list[tuple[str, str]]:
+        """Returns the (id, reason) of each listed live message not deleted (only with claim_ids)."""
+        args = [",".join(claim_ids or ()), *ids]
+        _deleted, *refused = await self._queue(
+            "delete_messages", t, now, args, [t.project.message(i) for i in ids]
+        )
+        return list(zip(refused[::2], refused[1::2], strict=True))
 
     async def pop_messages(self, t: Target, *, now: int, limit: int) -> list[Message]:
         return _messages(await self._queue("pop_messages", t, now, [limit]))
@@ -248,13 +263,15 @@ class Scripts:
         return [t.project.claim(claim_id), t.project.claim_messages(claim_id)]
 
     async def claim(
-        self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int, limit: int
+        self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int, limit: int, wait_ms: int = 0
     ) -> ClaimReply:
+        """wait_ms > 0: a long poll that waits this long if nothing is claimable (sets the queue's `waiting`
+        flag, so that what makes a message claimable publishes a wake-up)."""
         keys = self._claim_keys(t, claim_id)
-        lowered, dead_lettered, discarded, *views = await self._queue(
-            "claim", t, now, [claim_id, ttl, grace, limit], keys
+        lowered, dead_lettered, discarded, next_ms, *views = await self._queue(
+            "claim", t, now, [claim_id, ttl, grace, limit, wait_ms], keys
         )
-        return ClaimReply(bool(lowered), dead_lettered, discarded, _messages(views))
+        return ClaimReply(bool(lowered), dead_lettered, discarded, next_ms or None, _messages(views))
 
     async def get_claim(self, t: Target, *, now: int, claim_id: str) -> ClaimView:
         out = await self._queue("get_claim", t, now, [claim_id], self._claim_keys(t, claim_id))
@@ -272,6 +289,10 @@ class Scripts:
         keys = self._claim_keys(t, claim_id)
         lowered, *_counts = await self._queue("release_claim", t, now, [claim_id, _opt(wait_ms)], keys)
         return bool(lowered)
+
+    async def acknowledge_claim(self, t: Target, *, now: int, claim_id: str) -> int:
+        """Deletes the claim and the messages it holds; returns how many. CHARON_NO_CLAIM: no live claim."""
+        return int(await self._queue("acknowledge_claim", t, now, [claim_id], self._claim_keys(t, claim_id)))
 
     async def release_message(
         self, t: Target, *, now: int, message_id: str, claim_id: str, wait_ms: int | None

@@ -32,6 +32,7 @@ from core.models import (
     MessageId,
     MessageStamp,
     NewMessage,
+    NotDeleted,
     Page,
     QueueInfo,
     QueueRef,
@@ -41,7 +42,7 @@ from core.models import (
     Rejection,
     TaskId,
 )
-from storage.base import DEFAULT_TIMEOUT_S
+from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.redis.keys import (
     ProjectKeys,
     QueueField,
@@ -57,6 +58,7 @@ from storage.redis.keys import (
 )
 from storage.redis.runner import ScriptRunner, unavailable_as_domain_error
 from storage.redis.scripts import Scripts, Target, policy_args
+from storage.redis.wakeups import RedisWakeups
 
 DROP_BATCH = 500
 SWEEP_QUEUES_PER_CALL = 50  # due queues one sweep.lua call visits (each bounded by lib.lua's housekeep)
@@ -147,6 +149,7 @@ class RedisStore:
         self._unmarked: set[str] = set()  # projects whose touched mark failed: marked at the next sweep
         self._namespace = namespace
         self._clock = clock or SystemClock()
+        self._timeout = timeout
         self._runner = ScriptRunner(client, timeout=timeout)
         self._scripts = Scripts(self._runner, defaults=defaults)
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
@@ -383,19 +386,26 @@ class RedisStore:
             t, now=self._clock.now_ms(), message_id=message_id, claim_id=claim_id
         )
 
-    async def delete_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> None:
-        await self._scripts.delete_messages(await self._target(q), now=self._clock.now_ms(), ids=ids)
+    async def delete_messages(
+        self, q: QueueRef, ids: Sequence[MessageId], *, claim_ids: Sequence[ClaimId] | None = None
+    ) -> list[NotDeleted]:
+        refused = await self._scripts.delete_messages(
+            await self._target(q), now=self._clock.now_ms(), ids=ids, claim_ids=claim_ids
+        )
+        return [NotDeleted(MessageId(i), reason) for i, reason in refused]  # type: ignore[arg-type]
 
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:
         return await self._scripts.pop_messages(await self._target(q), now=self._clock.now_ms(), limit=limit)
 
     # -- claims -------------------------------------------------------------------------------------------
 
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int) -> ClaimResult:
+    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
         claim_id = ClaimId(new_id())
         t = await self._target(q)
         now = self._clock.now_ms()
-        r = await self._scripts.claim(t, now=now, claim_id=claim_id, ttl=ttl, grace=grace, limit=limit)
+        r = await self._scripts.claim(
+            t, now=now, claim_id=claim_id, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms
+        )
         await self._scheduled(q, r.lowered)
         claim = None
         if r.messages:
@@ -408,7 +418,9 @@ class RedisStore:
                 expires_ms=now + ttl * 1000,
                 messages=r.messages,
             )
-        return ClaimResult(claim=claim, dead_lettered=r.dead_lettered, discarded=r.discarded)
+        return ClaimResult(
+            claim=claim, dead_lettered=r.dead_lettered, discarded=r.discarded, next_ms=r.next_ms
+        )
 
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:
         c = await self._scripts.get_claim(await self._target(q), now=self._clock.now_ms(), claim_id=claim_id)
@@ -428,6 +440,10 @@ class RedisStore:
             t, now=self._clock.now_ms(), claim_id=claim_id, ttl=ttl, grace=grace
         )
         await self._scheduled(q, lowered)
+
+    async def acknowledge_claim(self, q: QueueRef, claim_id: ClaimId) -> int:
+        t = await self._target(q)
+        return await self._scripts.acknowledge_claim(t, now=self._clock.now_ms(), claim_id=claim_id)
 
     async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
         t = await self._target(q)
@@ -697,6 +713,9 @@ class RedisStore:
     async def check_writable(self) -> None:
         async with unavailable_as_domain_error():
             await self._client.set(health_key(self._namespace), self._lease_token, px=10_000)
+
+    def wakeups(self, on_wake: WakeCallback) -> RedisWakeups:
+        return RedisWakeups(self._client, self._namespace, on_wake, self._timeout)
 
     async def aclose(self) -> None:
         await self._runner.aclose()

@@ -77,7 +77,8 @@ async def test_every_domain_error_answers_its_status_through_both_kinds_of_route
     async with api_client(_app_raising()) as client:
         r = await client.get(f"/v2/test/{kind}/{error.__name__}")
     assert r.status_code == error.status
-    assert r.json() == {"title": error.title, "description": error("what to change").description}
+    raised = error("what to change")
+    assert r.json() == {"title": raised.title, "description": raised.description, **(raised.details or {})}
     assert r.headers.get("accept-patch") == (JSON_PATCH if error.status == 415 else None)
 
 

@@ -409,7 +409,7 @@ async def test_head_answers_like_get_without_a_body(client: httpx.AsyncClient) -
     [
         ("GET", "/v2/queues/q/messages?limt=5", "limt"),
         ("POST", "/v2/queues/q/claims?limit=5&ttl=60", "ttl"),
-        ("DELETE", "/v2/queues/q/messages?ids=" + "a" * 32 + "&claim_ids=" + "b" * 32, "claim_ids"),
+        ("DELETE", "/v2/queues/q/messages?ids=" + "a" * 32 + "&claim_id=" + "b" * 32, "claim_id"),
         ("GET", "/v2/queues/q/stats?detailed=true", "detailed"),
         ("DELETE", "/v2/queues/q/claims/" + "a" * 32 + "?dealy=5", "dealy"),
         ("GET", "/v2/ping?x=1", "x"),

@@ -1,17 +1,23 @@
--- claim(KEYS=queue keys, claim, claim's messages; ARGV=[queue script args, claim_id, ttl, grace, limit])
---   -> {due time lowered (0/1), n_dead_lettered, n_discarded, view1, view2, ...}
---   (no claim is stored when no view is returned; the flag: lib.lua SWEEP)
+-- claim(KEYS=queue keys, claim, claim's messages; ARGV=[queue script args, claim_id, ttl, grace, limit,
+--       wait_ms])
+--   -> {due time lowered (0/1), n_dead_lettered, n_discarded, next_ms, view1, view2, ...}
+--   (no claim is stored when no view is returned; the flag: lib.lua SWEEP). When nothing was claimed,
+--   next_ms is the earliest time a message becomes claimable by time alone (its delay or backoff ends, its
+--   claim expires), 0 when none will; and with wait_ms > 0 (a long poll that will wait that long) the
+--   queue's `waiting` flag is set for at least wait_ms, so that whatever makes a message claimable
+--   publishes a wake-up (lib.lua publish_wakes).
 -- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
 -- (promise 5). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
 -- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are
 -- claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
 local prefix, name, now, K = queue_script()
 local claim_id, ttl, grace, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local wait_ms = tonumber(ARGV[11])
 local ck, cmk = KEYS[9], KEYS[10]
 local pol = policy(K)
 housekeep(prefix, K, name, now, pol)
 local ce = now + ttl * 1000
-local out = {0, 0, 0}
+local out = {0, 0, 0, 0}
 local got = 0
 while got < limit do
   local ids = redis.call('ZRANGE', K.ready, 0, limit - got - 1)
@@ -26,7 +32,7 @@ while got < limit do
       remove_message(prefix, K, id)
     elseif exhausted(pol, tonumber(f[2])) then
       local moved = dead_letter(prefix, K, name, id, 'max_claims', now, pol)
-      out[3 - moved] = out[3 - moved] + 1
+      out[3 - moved] = out[3 - moved] + 1  -- [2] moved, [3] discarded
     else
       redis.call('HINCRBY', mk, 'cc', 1)
       redis.call('HSET', mk, 'c', claim_id, 'ce', ce)
@@ -45,6 +51,16 @@ if got > 0 then
   redis.call('PEXPIRE', ck, keep)
   redis.call('PEXPIRE', cmk, keep)
   schedule(K, ce)
+else
+  local nxt
+  for _, index in ipairs({K.delayed, K.claimed}) do
+    local first = redis.call('ZRANGE', index, 0, 0, 'WITHSCORES')
+    if #first > 0 and (not nxt or tonumber(first[2]) < nxt) then nxt = tonumber(first[2]) end
+  end
+  out[4] = nxt or 0
+  if wait_ms > 0 and redis.call('PTTL', K.waiting) < wait_ms then
+    redis.call('SET', K.waiting, 1, 'PX', wait_ms)
+  end
 end
 out[1] = SWEEP.lowered
 return out

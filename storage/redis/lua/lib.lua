@@ -30,6 +30,25 @@ end
 -- while handling work that was already due, so the sweeper visits their project anyway.)
 local SWEEP = {lowered = 0}
 
+-- Wake-ups for long polls (POST .../claims?wait=S). A claim that found nothing and will wait sets the queue's
+-- `waiting` flag (keys.py QueueKeys.waiting; it expires after the wait); a script that makes messages of a
+-- queue claimable (now or later) counts them with woke(), and scripts.py ends every script with
+-- publish_wakes(), which PUBLISHes the count on the queue's channel (QueueKeys.wake_channel) only when the
+-- flag is set: with nobody waiting, a post costs one EXISTS more.
+local WOKEN = {}
+
+local function woke(queue_key, n)
+  WOKEN[queue_key] = (WOKEN[queue_key] or 0) + n
+end
+
+local function publish_wakes()
+  for queue_key, n in pairs(WOKEN) do
+    if redis.call('EXISTS', queue_key .. ':waiting') == 1 then
+      redis.call('PUBLISH', queue_key .. ':wake', n)
+    end
+  end
+end
+
 -- Something happens to the queue at `at` (a claim or a message expires): make sure the sweeper visits it
 -- by then. LT keeps the earliest time; an early visit only reschedules (sweep.lua).
 local function schedule(K, at)
@@ -165,6 +184,7 @@ local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
   set_expiry(D, mk, id, e, now)
   redis.call('ZADD', D.msgs, k, id)
   redis.call('ZADD', D.ready, k, id)
+  woke(D.queue, 1)
   redis.call('HINCRBY', K.queue, 'n_dl', 1)
   redis.call('HINCRBY', D.queue, 'n_rcv', 1)
   return 1
@@ -184,6 +204,7 @@ local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms)
     return 'discarded'
   end
   local av = ended + (wait_ms or backoff_ms(pol, id, cc))
+  woke(K.queue, 1)
   if av > now then
     redis.call('HSET', mk, 'av', av)
     redis.call('ZADD', K.delayed, av, id)
@@ -253,7 +274,7 @@ local function queue_script()
   local ks, name = KEYS, ARGV[2]
   return ARGV[1], name, tonumber(ARGV[3]),
     {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
-     expiry = ks[6], queues = ks[7], due = ks[8]}
+     expiry = ks[6], queues = ks[7], due = ks[8], waiting = ks[1] .. ':waiting'}
 end
 
 local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax',

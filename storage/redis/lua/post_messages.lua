@@ -86,6 +86,7 @@ schedule(K, earliest)
 zadd_all(K.msgs, msgs)
 zadd_all(K.ready, ready)
 zadd_all(K.delayed, delayed)
+woke(K.queue, n)
 if idem then
   local ids = {}
   for i, m in ipairs(posted) do ids[i] = m[1] end

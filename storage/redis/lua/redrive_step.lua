@@ -43,6 +43,7 @@ local function redrive(id, to, f)
   set_expiry(D, mk, id, tonumber(f[1]), now)
   redis.call('ZADD', D.msgs, k, id)
   redis.call('ZADD', D.ready, k, id)
+  woke(D.queue, 1)
 end
 
 local ids = redis.call('ZRANGEBYSCORE', K.msgs, '(' .. cursor, last, 'WITHSCORES', 'LIMIT', 0, batch)
