@@ -237,7 +237,8 @@ async def list_messages(
     return json_response({"messages": messages(page.items, now, provenance=provenance), "links": links})
 
 
-@router.delete(
+@router.plain(
+    "DELETE",
     "/v2/queues/{queue_name}/messages",
     summary="Delete messages by ids (204), or pop up to N messages (200)",
     description="With `claim_ids`, a claim-safe bulk acknowledge: each message listed in `ids` is deleted "
@@ -257,14 +258,10 @@ async def list_messages(
         },
     },
 )
-async def delete_messages(
-    q: QueueDep,
-    store: StoreDep,
-    limits: LimitsDep,
-    clock: ClockDep,
-    provenance: ProvenanceDep,
-    params: Annotated[DeleteManyQuery, QUERY],
-) -> Response:
+async def delete_messages(request: Request, params: DeleteManyQuery) -> Response:
+    """A plain route: a consumer acknowledges a claim's messages here, one request a claim."""
+    call = call_of(request)
+    q, store, limits = call.q, call.store, call.limits
     ids, pop = params.ids, params.pop
     if params.claim_ids is not None and ids is None:
         raise InvalidInput("claim_ids goes with ids: the claims that hold the listed messages.")
@@ -275,8 +272,9 @@ async def delete_messages(
     if pop is not None:
         check_claim_limit(pop, limits, "pop")
         popped = await store.pop_messages(q, limit=pop)
-        now = clock.now_ms()
-        return json_response({"messages": messages(popped, now, provenance=provenance)})
+        now = call.clock.now_ms()
+        shown = call.show(params.provenance)
+        return json_response({"messages": messages(popped, now, provenance=shown)})
     assert ids is not None
     listed = message_ids(ids, max_delete_ids(limits))
     if params.claim_ids is None:

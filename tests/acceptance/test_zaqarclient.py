@@ -102,6 +102,20 @@ def test_claim_get_update_delete(server: CharonProcess) -> None:
     assert list(q.claim(limit=5)) == []  # 204: nothing left to claim
 
 
+def test_bulk_delete_of_claimed_messages_and_long_polling_unchanged(server: CharonProcess) -> None:
+    """The client's bulk delete sends `ids` only (no claim ids): it deletes claimed messages too, as Zaqar's
+    does by default; and a claim through the client, which never sends `wait`, does not wait."""
+    client = make_client(server)
+    q = client.queue("zc-bulk")
+    q.post([{"body": i} for i in range(4)])
+    claimed = list(q.claim(ttl=60, grace=60, limit=3))
+    q.delete_messages(*[m.id for m in claimed])
+    assert [m.body for m in q.messages(echo=True, include_claimed=True)] == [3]
+    q.delete_messages(*[m.id for m in claimed])  # again: already gone, still fine
+    list(q.claim(limit=5))
+    assert list(q.claim(limit=5)) == []  # 204 at once
+
+
 def test_projects_are_isolated(server: CharonProcess) -> None:
     a, b = make_client(server, "zc-tenant-a"), make_client(server, "zc-tenant-b")
     a.queue("zc-private").post({"body": "a's"})

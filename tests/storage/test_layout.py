@@ -85,10 +85,11 @@ def test_every_hash_field_the_scripts_name_is_a_field_of_the_layout() -> None:
 def test_only_the_layout_helpers_of_lib_lua_build_key_names() -> None:
     """A key name is built from the prefix in lib.lua's qkeys() and message_key() only; every other key a
     script uses comes in KEYS."""
-    builders = re.compile(r"local function (qkeys|message_key)\(.*?\nend\n", re.S)
+    builders = re.compile(r"local function (qkeys|message_key|waiting_key|wake_channel)\(.*?\nend\n", re.S)
     for name, source in _sources().items():
         rest = builders.sub("", source) if name == "lib.lua" else source
         assert not re.search(r"prefix \.\. '", rest), name
+        assert not re.search(r"\.\. ':(waiting|wake)'", rest), name
 
 
 async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
@@ -97,14 +98,15 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         LIB
         + "\nlocal K = qkeys(ARGV[1], ARGV[2])\n"
         + "return {K.queue, K.msgs, K.ready, K.delayed, K.claimed, K.expiry, K.queues, K.due, "
-        + "message_key(ARGV[1], ARGV[3])}"
+        + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue)}"
     )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         built = await client.eval(script, 0, prefix, name, message_id)  # type: ignore[misc]
     finally:
         await client.aclose()
-    assert built == [*QueueKeys(prefix, name).all(), ProjectKeys(prefix).message(message_id)]
+    qk = QueueKeys(prefix, name)
+    assert built == [*qk.all(), ProjectKeys(prefix).message(message_id), qk.waiting, qk.wake_channel]
 
 
 NAMES = ["orders", "orders.DLQ", "dlq-orders", "x" * 64, ".DLQ", "DLQ", "a.DLQ.b"]

@@ -24,6 +24,15 @@ local function message_key(prefix, id)
   return prefix .. 'm:' .. id
 end
 
+-- keys.py QueueKeys.waiting and .wake_channel, from a queue's key
+local function waiting_key(queue_key)
+  return queue_key .. ':waiting'
+end
+
+local function wake_channel(queue_key)
+  return queue_key .. ':wake'
+end
+
 -- Whether this script moved the project's earliest due time earlier. Scripts that can (post, claim,
 -- renew, release) return it first, and the driver then marks the project touched for the sweeper, which
 -- otherwise only looks at projects whose recorded due time has come. (Other scripts only schedule work
@@ -43,8 +52,8 @@ end
 
 local function publish_wakes()
   for queue_key, n in pairs(WOKEN) do
-    if redis.call('EXISTS', queue_key .. ':waiting') == 1 then
-      redis.call('PUBLISH', queue_key .. ':wake', n)
+    if redis.call('EXISTS', waiting_key(queue_key)) == 1 then
+      redis.call('PUBLISH', wake_channel(queue_key), n)
     end
   end
 end
@@ -274,7 +283,7 @@ local function queue_script()
   local ks, name = KEYS, ARGV[2]
   return ARGV[1], name, tonumber(ARGV[3]),
     {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
-     expiry = ks[6], queues = ks[7], due = ks[8], waiting = ks[1] .. ':waiting'}
+     expiry = ks[6], queues = ks[7], due = ks[8], waiting = waiting_key(ks[1])}
 end
 
 local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax',
