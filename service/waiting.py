@@ -6,8 +6,11 @@ One `LongPolls` per process. Its waiters of a queue form a FIFO line: a wake-up 
 first waiters that are not awake yet, so one message wakes one waiter here, not all (each API process
 listening on the queue wakes one of its own). The store is listened to per queue while this process has a
 waiter on it (Redis: a pub/sub channel; MongoDB: one change stream). At most `max_waiting` claims wait at
-once (beyond: 503, StorageUnavailable's "try again"); `close()` (shutdown) answers every waiting claim at
-once with what it has (nothing: 204) and makes new ones not wait.
+once (beyond, a claim that finds nothing is 503, ServiceBusy); `close()` (shutdown) answers every waiting
+claim at once with what it has (nothing: 204) and makes new ones not wait.
+
+Store calls: a long poll on a queue this process listens to already claims once (setting the store's
+`waiting` flag when it finds nothing) and sleeps; only the first one on a queue claims before it subscribes.
 """
 
 from __future__ import annotations
@@ -44,17 +47,22 @@ class LongPolls:
     async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait: int) -> ClaimResult:
         """Claim up to `limit` messages; when none is claimable, wait up to `wait` seconds for some."""
         store = self._store()
-        result = await store.claim(q, ttl=ttl, grace=grace, limit=limit)
-        if result.claim is not None or wait <= 0 or self._closed:
-            return result
+        if wait <= 0 or self._closed:
+            return await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+        if q not in self._listened:
+            # not listened to here yet: a busy queue answers without a subscription (and its round trip)
+            result = await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+            if result.claim is not None:
+                return result
         if self.waiting >= self._max:
+            result = await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+            if result.claim is not None:
+                return result
             raise ServiceBusy(
-                f"{self._max} claims already wait in this process (CHARON_MAX_WAITING_CLAIMS); claim again "
-                "without `wait`, or with it in a moment."
+                f"{self._max} claims already wait in this process (CHARON_LIMITS__MAX_WAITING_CLAIMS); claim "
+                "again without `wait`, or with it in a moment."
             )
-        deadline = (
-            self._clock.now_ms() + wait * 1000
-        )  # counted from here: close enough to the request's start
+        deadline = self._clock.now_ms() + wait * 1000  # from here: close enough to the request's start
         waiter = _Waiter()
         self._lines.setdefault(q, {})[waiter] = None
         try:

@@ -198,8 +198,10 @@ def api_client(app: FastAPI) -> httpx.AsyncClient:
 
 @pytest.fixture
 async def client(store: Store, clock: ManualClock, settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    async with api_client(create_app(settings, store=store, clock=clock)) as c:
+    app = create_app(settings, store=store, clock=clock)
+    async with api_client(app) as c:
         yield c
+    await app.state.long_polls.aclose()  # no lifespan here: its long polls' subscriptions end with the test
 
 
 AUTO_DLQ = DeadLetterDefaults(max_claim_count=2, template="{queue}.DLQ")

@@ -26,6 +26,8 @@ from storage.redis.keys import QueueKeys
 
 log = logging.getLogger("charon.redis")
 
+READ_WAIT_S = 1.0  # the reader's longest wait for a message before it looks whether it is closed
+
 
 class RedisWakeups:
     def __init__(
@@ -40,6 +42,7 @@ class RedisWakeups:
         self._reader: asyncio.Task[None] | None = None
         self._queues: dict[str, QueueRef] = {}  # channel -> queue
         self._confirmed: dict[str, asyncio.Future[None]] = {}
+        self._closed = False
 
     def _channel(self, q: QueueRef) -> str:
         return QueueKeys.of(self._namespace, q).wake_channel
@@ -74,8 +77,8 @@ class RedisWakeups:
 
     async def _read(self, pubsub: Any) -> None:
         try:
-            while True:  # until aclose() or a failure: a listen can come at any moment
-                message = await pubsub.get_message(timeout=None)
+            while not self._closed:  # until aclose() or a failure: a listen can come at any moment
+                message = await pubsub.get_message(timeout=READ_WAIT_S)
                 if message is None:
                     continue
                 channel = message["channel"]
@@ -104,11 +107,12 @@ class RedisWakeups:
         asyncio.get_running_loop().create_task(_close(pubsub))
 
     async def aclose(self) -> None:
+        self._closed = True
         self._confirmed.clear()
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(BaseException):
-                await self._reader
+                await asyncio.wait_for(self._reader, READ_WAIT_S * 2)
         if self._pubsub is not None:
             await _close(self._pubsub)
             self._pubsub = None
