@@ -58,7 +58,8 @@ class ReleaseQuery(QueryModel):
     acknowledge: bool = Field(
         False,
         description="EXT: true deletes the messages the claim still holds, with the claim, in one step "
-        '("I processed everything I claimed"); 404 when the claim does not exist or has expired.',
+        '("I processed everything I claimed"); 404 when the claim does not exist or has expired. Not with '
+        "`delay` (400).",
     )
 
 

@@ -118,7 +118,8 @@ class DeleteManyQuery(ProvenanceQuery):
         None,
         description="Claim ids, comma-separated (Zaqar's `message_delete_with_claim_id`): each listed "
         "message is deleted only if one of these claims holds it now (claim-safe acknowledge); the others "
-        "stay, answered 403 with `not_deleted`. Without it, `ids` are deleted whatever holds them (Zaqar).",
+        "stay, answered 403 with `not_deleted`. Without it, `ids` are deleted whatever holds them (Zaqar). "
+        "Only with `ids` (400).",
     )
     pop: int | None = Field(None, description="How many messages to take and delete, 1 to 20.")
 
