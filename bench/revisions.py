@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import ROOT, Service, loadgen
+from bench.cpu import cpu_seconds
 from tests.servers import RedisServer, free_port
 
 WORKLOADS = ("produce", "pipeline", "dlq")
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def worktree(rev: str) -> Path:
@@ -40,28 +40,6 @@ def worktree(rev: str) -> Path:
     if not path.exists():
         subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True)
     return path
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` and every process under it (the workers of charon serve)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / TICKS
-        todo += children.get(p, [])
-    return total
 
 
 def service(name: str, code: Path, redis_url: str, workers: int, log: Path) -> Service:
