@@ -5,19 +5,28 @@ Workloads (see bench/README.md):
             --idempotency, each post with an Idempotency-Key of its own)
   pipeline  --messages are posted (untimed), then 16 consumers claim (limit 10) and delete each message
             with its claim id
+  pipeline-bulk  the same, but each claim's messages are deleted with one bulk DELETE (?ids=...&claim_ids=C)
   dlq       a queue with `_max_claim_count` 2 and a DLQ; consumers claim and release until every message is
-            dead-lettered; then the DLQ is drained, timing how long until its first message can be claimed
+            dead-lettered; then the DLQ is drained with bulk deletes (timed), timing also how long until its
+            first message can be claimed
   depth     claim latency (one consumer, claim then release) with 1,000 and with --depth-big messages queued
   ping      GET /v2/ping from 16 connections for --duration seconds
+  idle      16 consumers wait on an empty queue, long polling (`claims?wait=20`) or short polling (a claim
+            every 100 ms); --idle-seconds of idle (store commands, from --redis-url's INFO, and server CPU),
+            then --idle-messages posted one at a time at random moments: post-to-claim latency p50/p99
+
+With --server-pids (the service's processes and its redis-server) a run reports the servers' CPU per message
+in its timed phase (bench/cpu.py), and always the load generator's own.
 
 Every body carries a sequence number; every run reads all its messages back and reports the lost and the
 duplicated ones (both must be 0), msgs/s, requests/s, p50/p95/p99 per request type and the non-2xx answers.
 
-Every request a 503 answers is tried again, as a client would (a backoff from 50 ms doubling to 1 s, jittered,
-at most RETRY_503_ATTEMPTS tries within RETRY_503_WITHIN seconds; a 503 past those bounds ends the run), and
-the run reports how many were retried (`retried_503`, by request type). A post answered 503 may have stored
+Every request a 5xx answers (503 most often: Zaqar's answer to any storage error) is tried again, as a client
+would (a backoff from 50 ms doubling to 1 s, jittered, at most RETRY_5XX_ATTEMPTS tries within
+RETRY_5XX_WITHIN seconds; a 5xx past those bounds ends the run), and the run reports how many were retried
+(`retried_5xx`, by request type; the non-2xx counts say which status). A post answered 5xx may have stored
 its messages (or some of them), and one without an Idempotency-Key cannot know, so it is posted again: a
-copy of its messages beyond the first, up to one for each 503 it got, is reported as
+copy of its messages beyond the first, up to one for each 5xx it got, is reported as
 `duplicated_by_post_retry`, not as `duplicated` (with an Idempotency-Key the retry carries the same key,
 and every copy counts).
 
@@ -44,14 +53,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-WORKLOADS = ("produce", "pipeline", "dlq", "depth", "ping")
+from bench.cpu import Meter, pid_list
+
+WORKLOADS = ("produce", "pipeline", "pipeline-bulk", "dlq", "depth", "ping", "idle")
 BATCH = 10
 CLAIM_LIMIT = 10
 CLAIM_TTL = 60
 PAD = 210  # makes each body about 256 bytes of JSON
-RETRY_503_ATTEMPTS = 12  # tries of one request answered 503, the first included
-RETRY_503_WITHIN = 10.0  # seconds from its first try: no retry starts later
-RETRY_503_BACKOFF = (0.05, 1.0)  # first pause, longest pause; it doubles, and each is jittered (x 0.5 to 1)
+RETRY_5XX_ATTEMPTS = 12  # tries of one request answered 5xx, the first included
+RETRY_5XX_WITHIN = 10.0  # seconds from its first try: no retry starts later
+RETRY_5XX_BACKOFF = (0.05, 1.0)  # first pause, longest pause; it doubles, and each is jittered (x 0.5 to 1)
 
 
 class HttpError(Exception):
@@ -101,7 +112,7 @@ class Connection:
         self.fixed = f"Host: {host}:{port}\r\n{fixed}"
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
-        self.retried = 0  # 503 answers the last request() retried
+        self.retried = 0  # 5xx answers the last request() retried
 
     async def request(
         self,
@@ -113,9 +124,9 @@ class Connection:
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        """(status, parsed JSON body or None). A 503 is tried again after a pause (see RETRY_503_*), and each
+        """(status, parsed JSON body or None). A 5xx is tried again after a pause (see RETRY_5XX_*), and each
         retry counted in `self.retries[kind]` and `self.retried`; every try is recorded (latency, status). The
-        last answer is returned, a 503 when the bounds ran out."""
+        last answer is returned, a 5xx when the bounds ran out."""
         payload = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         head = f"{method} {path} HTTP/1.1\r\n{self.fixed}"
         head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
@@ -124,10 +135,10 @@ class Connection:
         data = head.encode() + b"\r\n" + payload
         self.retried = 0
         status, content = await self._send(kind, data)
-        if status == 503:
-            first_pause, longest = RETRY_503_BACKOFF
-            deadline = time.monotonic() + RETRY_503_WITHIN
-            for attempt in range(RETRY_503_ATTEMPTS - 1):
+        if status >= 500:
+            first_pause, longest = RETRY_5XX_BACKOFF
+            deadline = time.monotonic() + RETRY_5XX_WITHIN
+            for attempt in range(RETRY_5XX_ATTEMPTS - 1):
                 pause = min(longest, first_pause * 2**attempt) * random.uniform(0.5, 1.0)
                 if time.monotonic() + pause > deadline:
                     break
@@ -135,7 +146,7 @@ class Connection:
                 self.retried += 1
                 self.retries[kind] += 1
                 status, content = await self._send(kind, data)
-                if status != 503:
+                if status < 500:
                     break
         if not content:
             return status, None
@@ -212,13 +223,14 @@ def href_ids(href: str) -> tuple[str, str | None]:
 
 
 class Client:
-    def __init__(self, url: str, project: str) -> None:
+    def __init__(self, url: str, project: str, meter: Meter | None = None) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": project, "Accept": "application/json"}
         self.recorder = Recorder()
-        self.retries: Counter[str] = Counter()  # 503s retried, by request type, timed requests or not
-        # queue -> sequence number -> 503s retried by the posts (without Idempotency-Key) that carried it
+        self.meter = meter or Meter()  # CPU of the servers (and of this process) in the timed phases
+        self.retries: Counter[str] = Counter()  # 5xx retried, by request type, timed requests or not
+        # queue -> sequence number -> 5xx retried by the posts (without Idempotency-Key) that carried it
         self.post_retried: defaultdict[str, Counter[int]] = defaultdict(Counter)
 
     def connection(self, recorder: Recorder | None = None) -> Connection:
@@ -235,7 +247,7 @@ async def gather(n: int, worker: Callable[[int], Awaitable[None]]) -> None:
 
 def _check(status: int, body: Any, what: str, conn: Connection) -> None:
     if not 200 <= status < 300:
-        tried = f" (after {conn.retried} retries of a 503)" if conn.retried else ""
+        tried = f" (after {conn.retried} retries of a 5xx)" if conn.retried else ""
         raise HttpError(f"{what}: HTTP {status}{tried} {body}")
 
 
@@ -254,7 +266,7 @@ async def post_all(
                 "post", "POST", f"/v2/queues/{queue}/messages", {"messages": batch}, headers=key
             )
             _check(status, body, "post", conn)
-            if conn.retried and not keyed:  # each 503 may have stored the batch (or part of it) once more
+            if conn.retried and not keyed:  # each 5xx may have stored the batch (or part of it) once more
                 seqs = range(first, first + len(batch))
                 client.post_retried[queue].update(dict.fromkeys(seqs, conn.retried))
         conn.close()
@@ -263,17 +275,27 @@ async def post_all(
 
 
 async def drain(
-    client: Client, queue: str, n: int, *, within: float, timed: bool, concurrency: int = 16
+    client: Client,
+    queue: str,
+    n: int,
+    *,
+    within: float,
+    timed: bool,
+    concurrency: int = 16,
+    bulk: bool = False,
+    recorder: Recorder | None = None,
 ) -> tuple[Counter[int], float | None]:
-    """Claim and delete (each message with its claim id) until each of the n messages was seen or `within`
-    seconds pass. Returns the sequence numbers seen (with how often) and when the first claim returned
-    messages. (Every sequence number, not n deliveries: a post retried after a 503 may have queued a copy.)"""
+    """Claim and delete (each message with its claim id; with `bulk`, all of a claim's messages in one
+    DELETE with ids and claim_ids) until each of the n messages was seen or `within` seconds pass. Returns
+    the sequence numbers seen (with how often) and when the first claim returned messages. (Every sequence
+    number, not n deliveries: a post retried after a 5xx may have queued a copy.) Timed requests go to
+    `recorder`, by default the client's."""
     seen: Counter[int] = Counter()
     first_at: list[float] = []
     start = time.perf_counter()
 
     async def consumer(_: int) -> None:
-        conn = client.connection() if timed else client.untimed()
+        conn = client.connection(recorder) if timed else client.untimed()
         while len(seen) < n and time.perf_counter() - start < within:
             status, body = await claim(conn, queue)
             if status == 204 or not body:
@@ -281,8 +303,13 @@ async def drain(
                 continue
             if not first_at:
                 first_at.append(time.perf_counter())
-            for m in body["messages"] if isinstance(body, dict) else body:
+            messages = body["messages"] if isinstance(body, dict) else body
+            for m in messages:
                 seen[m["body"]["seq"]] += 1
+            if bulk:
+                await bulk_delete(conn, queue, messages)
+                continue
+            for m in messages:
                 message_id, claim_id = href_ids(m["href"])
                 status, answer = await conn.request(
                     "delete", "DELETE", f"/v2/queues/{queue}/messages/{message_id}?claim_id={claim_id}"
@@ -293,6 +320,18 @@ async def drain(
 
     await gather(concurrency, consumer)
     return seen, (first_at[0] - start if first_at else None)
+
+
+async def bulk_delete(conn: Connection, queue: str, messages: list[dict[str, Any]]) -> None:
+    """Delete claimed messages with one request: `DELETE messages?ids=a,b&claim_ids=C` (204; a 403 lists those
+    not deleted, counted in non-2xx, and they come again). Zaqar 23 with its default configuration ignores
+    claim_ids and deletes the ids regardless of claim."""
+    ids = [href_ids(m["href"]) for m in messages]
+    claim_ids = ",".join(dict.fromkeys(c for _, c in ids if c))
+    path = f"/v2/queues/{queue}/messages?ids={','.join(i for i, _ in ids)}&claim_ids={claim_ids}"
+    status, answer = await conn.request("bulk_delete", "DELETE", path)
+    if status != 403:
+        _check(status, answer, "bulk delete", conn)
 
 
 async def claim(conn: Connection, queue: str) -> tuple[int, Any]:
@@ -313,7 +352,7 @@ async def release(conn: Connection, queue: str, claimed: Any) -> None:
 
 def integrity(seen: Counter[int], n: int, post_retried: Counter[int] | None = None) -> dict[str, int]:
     """Lost and duplicated among messages 0..n-1. A copy beyond the first of a message whose post was retried
-    after a 503 (up to one a retry: `post_retried`) is `duplicated_by_post_retry`, not `duplicated`."""
+    after a 5xx (up to one a retry: `post_retried`) is `duplicated_by_post_retry`, not `duplicated`."""
     retried = post_retried or Counter[int]()
     excused = sum(min(c - 1, retried[s]) for s, c in seen.items() if c > 1 and s in retried)
     copies = sum(c - 1 for c in seen.values() if c > 1) + sum(1 for s in seen if not 0 <= s < n)
@@ -345,7 +384,7 @@ async def read_back(client: Client, queue: str, n: int) -> Counter[int]:
 
 async def stats_total(conn: Connection, queue: str) -> int:
     """The queue's message count. (Zaqar 23's Redis driver answers 503 now and then when a claim expires while
-    it counts: retried, as every 503, and it still shows in the non-2xx column.)"""
+    it counts: retried, as every 5xx, and it still shows in the non-2xx column.)"""
     status, body = await conn.request("stats", "GET", f"/v2/queues/{queue}/stats")
     _check(status, body, "stats", conn)
     return int(body["messages"]["total"])
@@ -359,32 +398,43 @@ async def set_metadata(conn: Connection, queue: str, metadata: dict[str, Any]) -
 
 async def produce(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
     queue = f"produce-{run}"
+    phase = client.meter.start()
     start = time.perf_counter()
     await post_all(client, queue, args.messages, run, args.concurrency, timed=True, keyed=args.idempotency)
     elapsed = time.perf_counter() - start
+    cpu = phase.done(args.messages)
     seen = await read_back(client, queue, args.messages)
     return {
         "msgs_per_s": args.messages / elapsed,
         "seconds": elapsed,
+        **cpu,
         **integrity(seen, args.messages, client.post_retried[queue]),
     }
 
 
-async def pipeline(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+async def pipeline(
+    client: Client, args: argparse.Namespace, run: str, *, bulk: bool = False
+) -> dict[str, Any]:
     queue = f"pipeline-{run}"
     await post_all(client, queue, args.messages, run, args.concurrency, timed=False)
+    phase = client.meter.start()
     start = time.perf_counter()
-    seen, _ = await drain(
-        client, queue, args.messages, within=args.duration, timed=True, concurrency=args.concurrency
-    )
+    n, within, concurrency = args.messages, args.duration, args.concurrency
+    seen, _ = await drain(client, queue, n, within=within, timed=True, concurrency=concurrency, bulk=bulk)
     elapsed = time.perf_counter() - start
+    cpu = phase.done(seen.total())
     left = await stats_total(client.untimed(), queue)
     return {
         "msgs_per_s": seen.total() / elapsed,
         "seconds": elapsed,
         "left_in_queue": left,
+        **cpu,
         **integrity(seen, args.messages, client.post_retried[queue]),
     }
+
+
+async def pipeline_bulk(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    return await pipeline(client, args, run, bulk=True)
 
 
 async def dlq(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
@@ -397,6 +447,7 @@ async def dlq(client: Client, args: argparse.Namespace, run: str) -> dict[str, A
         {"_max_claim_count": 2, "_dead_letter_queue": dead, "_dead_letter_queue_messages_ttl": 3600},
     )
     await post_all(client, queue, args.messages, run, args.concurrency, timed=False)
+    phase = client.meter.start()
     start = time.perf_counter()
     done = asyncio.Event()
 
@@ -415,14 +466,28 @@ async def dlq(client: Client, args: argparse.Namespace, run: str) -> dict[str, A
 
     await gather(args.concurrency, consumer)
     moving = time.perf_counter() - start
+    cpu = phase.done(args.messages)  # stats_total below is not part of the moves
     in_dlq = await stats_total(setup, dead)
-    seen, first = await drain(client, dead, args.messages, within=args.drain_timeout, timed=False)
+    # the drain, timed apart (its requests in drain_requests), each claim's messages deleted with one request
+    drained = Recorder()
+    phase = client.meter.start()
+    drain_start = time.perf_counter()
+    seen, first = await drain(
+        client, dead, args.messages, within=args.drain_timeout, timed=True, bulk=True, recorder=drained
+    )
+    draining = time.perf_counter() - drain_start
+    drain_cpu = phase.done(seen.total(), prefix="drain_")
     setup.close()
     return {
         "moves_per_s": in_dlq / moving,
         "seconds": moving,
         "dead_lettered": in_dlq,
+        **cpu,
+        "drain_msgs_per_s": seen.total() / draining,
+        "drain_seconds": draining,
+        **drain_cpu,
         "dlq_claimable_after_s": first,
+        "drain_requests": drained.summary(),
         **integrity(seen, args.messages, client.post_retried[queue]),
     }
 
@@ -451,6 +516,7 @@ async def depth(client: Client, args: argparse.Namespace, run: str) -> dict[str,
 
 
 async def ping(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    phase = client.meter.start()
     start = time.perf_counter()
 
     async def pinger(_: int) -> None:
@@ -463,24 +529,163 @@ async def ping(client: Client, args: argparse.Namespace, run: str) -> dict[str, 
 
     await gather(args.concurrency, pinger)
     elapsed = time.perf_counter() - start
-    return {"seconds": elapsed, "lost": 0, "duplicated": 0}
+    return {"seconds": elapsed, **phase.done(client.recorder.requests()), "lost": 0, "duplicated": 0}
+
+
+async def store_commands(redis_url: str | None) -> int | None:
+    """Commands the redis-server has executed so far (INFO stats), None without a URL."""
+    if not redis_url:
+        return None
+    import redis.asyncio
+
+    r = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        return int((await r.info("stats"))["total_commands_processed"])
+    finally:
+        await r.aclose()
+
+
+class Pollers:
+    """Consumers that claim from `queue` until stopped, long polling (`?wait=`) or short polling (a pause of
+    --poll-interval after each 204, their first claims spread over one interval, as independent clients
+    would be, not polling in step). Each deletes what it claims (with the claim id) and notes the latency
+    from the post's send time in the body to the claim's answer. A consumer's error ends `pause` at once."""
+
+    def __init__(self, client: Client, queue: str, args: argparse.Namespace, n: int) -> None:
+        self.client, self.queue, self.args, self.n = client, queue, args, n
+        self.long = args.poll == "long"
+        self.path = f"/v2/queues/{queue}/claims?limit={CLAIM_LIMIT}" + (
+            f"&wait={args.wait}" if self.long else ""
+        )
+        self.latencies: list[float] = []
+        self.seen: Counter[int] = Counter()
+        self.all_seen = asyncio.Event()
+        self.failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.tasks = [asyncio.ensure_future(self._consume(i)) for i in range(args.concurrency)]
+
+    async def _consume(self, i: int) -> None:
+        conn, claim_body = self.client.connection(), {"ttl": CLAIM_TTL, "grace": 60}
+        try:
+            if not self.long:
+                await asyncio.sleep(self.args.poll_interval * i / self.args.concurrency)
+            while True:
+                status, body = await conn.request("claim", "POST", self.path, claim_body)
+                arrived = time.perf_counter()
+                _check(status, body, "claim", conn)
+                if status == 204 or not body:
+                    if not self.long:
+                        await asyncio.sleep(self.args.poll_interval)
+                    continue
+                for m in body["messages"]:
+                    self.latencies.append(arrived - m["body"]["sent"])
+                    self.seen[m["body"]["seq"]] += 1
+                for m in body["messages"]:
+                    message_id, claim_id = href_ids(m["href"])
+                    path = f"/v2/queues/{self.queue}/messages/{message_id}?claim_id={claim_id}"
+                    status, answer = await conn.request("delete", "DELETE", path)
+                    _check(status, answer, "delete", conn)
+                if len(self.seen) >= self.n:
+                    self.all_seen.set()
+        except Exception as e:
+            if not self.failure.done():
+                self.failure.set_exception(e)
+            raise
+        finally:
+            conn.close()
+
+    async def pause(self, seconds: float, until: asyncio.Event | None = None) -> None:
+        """Sleep `seconds`, or less once `until` is set; raise a consumer's error as soon as there is one."""
+        waiter: asyncio.Future[Any] = asyncio.ensure_future(until.wait() if until else asyncio.sleep(seconds))
+        either: list[asyncio.Future[Any]] = [waiter, self.failure]
+        await asyncio.wait(either, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if self.failure.done():
+            self.failure.result()
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.failure.done() and not self.failure.cancelled():
+            self.failure.exception()  # retrieved (and raised by pause, if anyone paused since)
+
+
+async def post_at_random(client: Client, pollers: Pollers, run: str, spread: float) -> None:
+    """Post messages 0..pollers.n-1 one a POST, at random moments over `spread` seconds, from a connection of
+    their own; each body holds the moment its post was sent (`sent`, this process's perf_counter)."""
+    producer = client.connection()
+    start = time.perf_counter()
+    for seq, at in enumerate(sorted(random.uniform(0, spread) for _ in range(pollers.n))):
+        await pollers.pause(max(0.0, start + at - time.perf_counter()))
+        message = {"ttl": 3600, "body": {**message_body(seq, run), "sent": time.perf_counter()}}
+        path = f"/v2/queues/{pollers.queue}/messages"
+        status, answer = await producer.request("post", "POST", path, {"messages": [message]})
+        _check(status, answer, "post", producer)
+    producer.close()
+
+
+async def idle(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
+    """16 consumers (Pollers) on an empty queue. First --idle-seconds with nothing to claim: the store's
+    commands (INFO of --redis-url) and the servers' CPU. Then --idle-messages posted at random moments over
+    --idle-spread seconds: post-to-claim latency, when the claim's answer arrived minus when the message's
+    post was sent."""
+    queue = f"idle-{run}"
+    setup = client.untimed()
+    await set_metadata(setup, queue, {})
+    setup.close()
+    pollers = Pollers(client, queue, args, args.idle_messages)
+    try:
+        await pollers.pause(0.5)  # every consumer has its first claim in
+        claims_before = len(client.recorder.latencies["claim"])
+        commands_before = await store_commands(args.redis_url)
+        phase = client.meter.start()
+        await pollers.pause(args.idle_seconds)
+        idle_cpu = phase.done(1, prefix="idle_")
+        commands_after = await store_commands(args.redis_url)
+        idle_claims = len(client.recorder.latencies["claim"]) - claims_before
+        phase = client.meter.start()
+        start = time.perf_counter()
+        await post_at_random(client, pollers, run, args.idle_spread)
+        await pollers.pause(args.duration, until=pollers.all_seen)
+        delivering = time.perf_counter() - start
+        delivery_cpu = phase.done(len(pollers.seen))
+        commands_end = await store_commands(args.redis_url)
+    finally:
+        await pollers.stop()
+    latencies = sorted(pollers.latencies)
+    out: dict[str, Any] = {
+        "poll": f"long (wait={args.wait})" if pollers.long else f"short ({args.poll_interval * 1000:.0f} ms)",
+        "seconds": delivering,
+        "idle_seconds": args.idle_seconds,
+        "idle_claim_requests": idle_claims,
+        **{k: v for k, v in idle_cpu.items() if not k.endswith("_us_per_msg")},
+        "post_to_claim_p50_ms": _pct(latencies, 0.50) * 1000 if latencies else None,
+        "post_to_claim_p99_ms": _pct(latencies, 0.99) * 1000 if latencies else None,
+        **delivery_cpu,
+        **integrity(pollers.seen, args.idle_messages),
+    }
+    if commands_before is not None and commands_after is not None and commands_end is not None:
+        out["idle_store_commands"] = commands_after - commands_before - 1  # not the INFO that read it
+        out["idle_store_commands_per_s"] = out["idle_store_commands"] / args.idle_seconds
+        out["store_commands_per_msg"] = (commands_end - commands_after - 1) / max(len(pollers.seen), 1)
+    return out
 
 
 async def run_workload(args: argparse.Namespace) -> dict[str, Any]:
     run = uuid.uuid4().hex[:10]
-    client = Client(args.url, args.project)
+    client = Client(args.url, args.project, Meter(pid_list(args.server_pids)))
     start = time.perf_counter()
-    result = await globals()[args.workload](client, args, run)
+    result = await globals()[args.workload.replace("-", "_")](client, args, run)
     wall = time.perf_counter() - start
     timed = result.get("seconds", wall)
     return {
         "workload": args.workload,
         "url": args.url,
-        "messages": args.messages,
+        "messages": args.idle_messages if args.workload == "idle" else args.messages,
         "concurrency": args.concurrency,
         **result,
         "requests_per_s": client.recorder.requests() / timed if args.workload != "depth" else None,
-        "retried_503": dict(sorted(client.retries.items())),
+        "retried_5xx": dict(sorted(client.retries.items())),
         "requests": client.recorder.summary(),
     }
 
@@ -488,7 +693,7 @@ async def run_workload(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     lines = [f"workload {result['workload']} against {result['url']}"]
     for key, value in result.items():
-        if key in ("workload", "url", "requests"):
+        if key in ("workload", "url", "requests", "drain_requests"):
             continue
         lines.append(f"  {key:<26} {value:,.2f}" if isinstance(value, float) else f"  {key:<26} {value}")
     lines.append(f"  {'request':<12} {'count':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}  non-2xx")
@@ -516,6 +721,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--idempotency", action="store_true", help="produce: every post carries an Idempotency-Key of its own"
     )
+    p.add_argument("--server-pids", default="", help="pids (comma-separated) of the server processes")
+    p.add_argument("--redis-url", help="idle: the service's redis-server, to count its commands")
+    p.add_argument("--poll", choices=("long", "short"), default="long", help="idle: how consumers wait")
+    p.add_argument("--wait", type=int, default=20, help="idle, long polling: the claims' wait (seconds)")
+    p.add_argument("--poll-interval", type=float, default=0.1, help="idle, short polling: pause after a 204")
+    p.add_argument("--idle-seconds", type=float, default=10.0, help="idle: time with nothing to claim")
+    p.add_argument("--idle-messages", type=int, default=1000, help="idle: messages posted after it")
+    p.add_argument("--idle-spread", type=float, default=10.0, help="idle: seconds the posts spread over")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
