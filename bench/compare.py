@@ -1,16 +1,19 @@
-"""Charon (Redis driver) side by side with OpenStack Zaqar 23.0.1 in one run, one machine, one load generator.
+"""Charon (Redis driver) side by side with OpenStack Zaqar 23.0.1 and RabbitMQ in one run, one machine.
 
-Starts, each on a free loopback port:
+Starts, each on free loopback ports:
   - a private redis-server for Charon and another for Zaqar (no persistence);
   - Charon: `charon serve --workers W` (default 2: one per core of this machine);
   - Zaqar 23.0.1 from PyPI in its own virtualenv (.bench/zaqar-venv, made on first use), Redis message and
     management stores, `auth_strategy` empty, served by gunicorn with 4 workers (bench/README.md shows the
     exact configuration);
+  - RabbitMQ (Debian's rabbitmq-server), a private broker (bench/rabbitmq.py);
   - for ping only: bench/bare_app.py, a bare FastAPI app served the way Charon is.
-Then runs each workload of bench/loadgen.py (a fresh process per run) against Charon and against Zaqar, one
-after the other, and prints the results and the ratios against the targets of issue 8 as Markdown.
+Then runs each workload of bench/loadgen.py (HTTP) against Charon and Zaqar and of bench/amqp.py (aio-pika)
+against RabbitMQ, one after the other, each in a fresh process that reads the servers' CPU around its timed
+phase, and prints the results and the targets of issues 8 and 20 as Markdown (bench/report.py). A run that
+fails is reported and the bench goes on; the exit code is 0 only when every target is met.
 
-Run: make bench            (or: .venv/bin/python -m bench.compare [--quick] [--json results.json])
+Run: make bench            (or: .venv/bin/python -m bench.compare [--quick] [--peers zaqar] [--json out.json])
 """
 
 from __future__ import annotations
@@ -24,18 +27,36 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.rabbitmq import RabbitMQ, release
+from bench.report import (
+    BARE,
+    CHARON,
+    LONG,
+    RABBITMQ,
+    RABBITMQ_ONE,
+    SHORT,
+    ZAQAR,
+    ZAQAR_SHORT,
+    Results,
+    markdown,
+    targets,
+)
 from tests.servers import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ZAQAR_VERSION = "23.0.1"
 ZAQAR_VENV = ROOT / ".bench" / "zaqar-venv"
 ZAQAR_WORKERS = 4
+WORKLOADS = ("produce", "pipeline", "pipeline-bulk", "dlq", "depth", "ping", "idle")
+PEERS = (ZAQAR, RABBITMQ)
+RUN_TIMEOUT = 1800  # seconds a load generator run may take before it counts as failed
 PING_HEADERS = {
     "Client-ID": "3381af92-2b9e-11e3-b191-71861300734c",
     "X-Project-ID": "bench",
@@ -107,49 +128,96 @@ class Service:
                 self.proc.kill()
 
 
+@dataclass
+class System:
+    """What a load generator is pointed at: its URL, the pids of its server processes (each with its
+    children) for CPU accounting, and the store's URL for counting its commands."""
+
+    url: str
+    pids: list[int]
+    redis_url: str | None = None
+
+
 @contextlib.contextmanager
-def services(workdir: Path, charon_workers: int) -> Iterator[dict[str, Service]]:
-    charon_redis, zaqar_redis = RedisServer().start(), RedisServer().start()
-    try:
-        home = workdir / "zaqar-home"  # oslo.config finds ~/zaqar.conf; HOME points the workers here
-        home.mkdir()
-        (home / "zaqar.conf").write_text(ZAQAR_CONF.format(uri=zaqar_redis.url))
-        gunicorn = zaqar_venv()
-        port = free_port()
-        zaqar = Service(
-            "zaqar",
-            [
-                str(gunicorn),
-                "-w",
-                str(ZAQAR_WORKERS),
-                "-b",
-                f"127.0.0.1:{port}",
-                "zaqar.transport.wsgi.app:app",
-            ],
-            {"PATH": os.environ["PATH"], "HOME": str(home)},
-            port,
-            workdir / "zaqar.log",
-        )
+def services(workdir: Path, charon_workers: int, peers: list[str]) -> Iterator[dict[str, System]]:
+    """Charon, and each of `peers` (zaqar, rabbitmq), running; stopped after, whatever happened."""
+    with contextlib.ExitStack() as stack:
+        charon_redis = RedisServer().start()
+        stack.callback(charon_redis.stop)
+        running: dict[str, System] = {}
+        zaqar: Service | None = None
+        if ZAQAR in peers:
+            zaqar_redis = RedisServer().start()
+            stack.callback(zaqar_redis.stop)
+            home = workdir / "zaqar-home"  # oslo.config finds ~/zaqar.conf; HOME points the workers here
+            home.mkdir()
+            (home / "zaqar.conf").write_text(ZAQAR_CONF.format(uri=zaqar_redis.url))
+            gunicorn = zaqar_venv()
+            port = free_port()
+            zaqar = Service(
+                "zaqar",
+                [
+                    str(gunicorn),
+                    "-w",
+                    str(ZAQAR_WORKERS),
+                    "-b",
+                    f"127.0.0.1:{port}",
+                    "zaqar.transport.wsgi.app:app",
+                ],
+                {"PATH": os.environ["PATH"], "HOME": str(home)},
+                port,
+                workdir / "zaqar.log",
+            )
         port = free_port()
         charon_env = dict(os.environ, CHARON_STORAGE_URI=charon_redis.url, CHARON_PORT=str(port))
         charon_argv = [sys.executable, "-m", "app.cli", "serve", "--workers", str(charon_workers)]
-        charon = Service(
-            "charon", [*charon_argv, "--log-level", "warning"], charon_env, port, workdir / "charon.log"
+        charon = stack.enter_context(
+            Service(
+                "charon", [*charon_argv, "--log-level", "warning"], charon_env, port, workdir / "charon.log"
+            )
         )
-        with zaqar, charon:
-            yield {"charon": charon, "zaqar": zaqar}
-    finally:
-        charon_redis.stop()
-        zaqar_redis.stop()
+        running[CHARON] = System(charon.url, [_pid(charon.proc), _pid(charon_redis.proc)], charon_redis.url)
+        if zaqar is not None:
+            stack.enter_context(zaqar)
+            running[ZAQAR] = System(zaqar.url, [_pid(zaqar.proc), _pid(zaqar_redis.proc)], zaqar_redis.url)
+        if RABBITMQ in peers:
+            broker = stack.enter_context(RabbitMQ())
+            print(f"compare: RabbitMQ {broker.version} at {broker.url}", flush=True)
+            running[RABBITMQ] = System(broker.url, [broker.pid])
+        yield running
+
+
+def _pid(proc: subprocess.Popen[bytes] | None) -> int:
+    assert proc is not None
+    return proc.pid
+
+
+def generator(module: str, system: System, workload: str, *options: str) -> dict[str, Any]:
+    """One run of bench.loadgen or bench.amqp in a process of its own: its JSON, or {"failed": why} when it
+    did not finish (the bench goes on; a target that needs the run is not met)."""
+    argv = [sys.executable, "-m", module, "--url", system.url, "--workload", workload, "--json", *options]
+    argv += ["--server-pids", ",".join(map(str, system.pids))]
+    try:
+        done = subprocess.run(
+            argv, cwd=ROOT, capture_output=True, text=True, check=False, timeout=RUN_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        print(f"  {workload:<13} {system.url:<40} FAILED: no result in {RUN_TIMEOUT} s", flush=True)
+        return {"failed": f"no result in {RUN_TIMEOUT} s"}
+    if not done.stdout.strip().startswith("{"):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        print(f"  {workload:<13} {system.url:<40} FAILED:\n{done.stderr[-3000:]}", flush=True)
+        return {"failed": last.replace("|", "/")}
+    result: dict[str, Any] = json.loads(done.stdout)
+    print(f"  {workload:<13} {system.url:<40} done in {result.get('seconds', 0):.1f} s", flush=True)
+    return result
 
 
 def loadgen(url: str, workload: str, *options: str) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "bench.loadgen", "--url", url, "--workload", workload, "--json", *options]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
-    if not done.stdout.strip().startswith("{"):
-        raise RuntimeError(f"loadgen {workload} against {url} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    print(f"  {workload:<8} {url:<24} done in {result.get('seconds', 0):.1f} s", flush=True)
+    """bench.loadgen against `url` (no CPU accounting); raises when the run fails (bench/revisions.py)."""
+    result = generator("bench.loadgen", System(url, []), workload, *options)
+    if "failed" in result:
+        raise RuntimeError(f"loadgen {workload} against {url} failed: {result['failed']}")
     return result
 
 
@@ -157,130 +225,91 @@ def bare_ping(workers: int, duration: str, workdir: Path) -> dict[str, Any]:
     port = free_port()
     argv = [sys.executable, "-m", "bench.bare_app", "--port", str(port), "--workers", str(workers)]
     with Service("bare fastapi", argv, dict(os.environ), port, workdir / "bare.log") as bare:
-        return loadgen(bare.url, "ping", "--duration", duration)
+        return generator("bench.loadgen", System(bare.url, [_pid(bare.proc)]), "ping", "--duration", duration)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def plan(
+    args: argparse.Namespace, running: dict[str, System]
+) -> Iterator[tuple[str, str, str, System, list[str]]]:
+    """(workload, label, generator module, system, options) of every run, in order."""
     n, big = ("5000", "100000") if args.quick else (str(args.messages), str(args.depth_big))
     produced = str(int(n) * 5)  # posting is fast: more messages, so that the run lasts seconds
     duration = "3" if args.quick else "10"
-    results: dict[str, Any] = {}
+    idle = ["--idle-seconds", "5", "--idle-messages", "500", "--idle-spread", "5"] if args.quick else []
+    http = [name for name in (CHARON, ZAQAR) if name in running]
+    amqp = running.get(RABBITMQ)
+    for workload in args.workloads:
+        if workload == "idle":
+            charon = running[CHARON]
+            options = [*idle, "--redis-url", str(charon.redis_url)]
+            yield workload, LONG, "bench.loadgen", charon, [*options, "--poll", "long"]
+            yield workload, SHORT, "bench.loadgen", charon, [*options, "--poll", "short"]
+            if ZAQAR in running:  # Zaqar has no long polling: its short polling, for scale
+                zaqar = running[ZAQAR]
+                options = [*idle, "--redis-url", str(zaqar.redis_url), "--poll", "short"]
+                yield workload, ZAQAR_SHORT, "bench.loadgen", zaqar, options
+            continue
+        options = {
+            "produce": ["--messages", produced],
+            "pipeline": ["--messages", n],
+            "pipeline-bulk": ["--messages", n],
+            "dlq": ["--messages", n],
+            "depth": ["--depth-big", big],
+            "ping": ["--duration", duration],
+        }[workload]
+        for name in http:
+            yield workload, name, "bench.loadgen", running[name], options
+        if amqp is not None and workload in ("produce", "pipeline", "dlq"):
+            yield workload, RABBITMQ, "bench.amqp", amqp, options
+            if workload == "produce":
+                yield workload, RABBITMQ_ONE, "bench.amqp", amqp, ["--messages", produced]
+
+
+def run(args: argparse.Namespace) -> Results:
+    results: Results = {}
     with tempfile.TemporaryDirectory(prefix="charon-bench-") as tmp:
         workdir = Path(tmp)
-        with services(workdir, args.workers) as running:
-            for workload in args.workloads:
-                options = {
-                    "produce": ["--messages", produced],
-                    "pipeline": ["--messages", n],
-                    "dlq": ["--messages", n],
-                    "depth": ["--depth-big", big],
-                    "ping": ["--duration", duration],
-                }[workload]
-                for name in ("charon", "zaqar"):
-                    results.setdefault(workload, {})[name] = loadgen(running[name].url, workload, *options)
+        with services(workdir, args.workers, args.peers) as running:
+            for workload, label, module, system, options in plan(args, running):
+                amqp_workload = "produce-one" if label == RABBITMQ_ONE else workload
+                results.setdefault(workload, {})[label] = generator(module, system, amqp_workload, *options)
         if "ping" in args.workloads:
-            results["ping"]["bare_fastapi"] = bare_ping(args.workers, duration, workdir)
+            results["ping"][BARE] = bare_ping(args.workers, "3" if args.quick else "10", workdir)
     return results
-
-
-def ratios(results: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
-    """Each target of issue 8 that the results measure: (what, measured value, goal, whether met)."""
-    rows: list[tuple[str, float, str, bool]] = []
-
-    def get(workload: str, who: str, key: str) -> float | None:
-        value = results.get(workload, {}).get(who, {}).get(key)
-        return float(value) if value is not None else None
-
-    for workload, key, label, target in (
-        ("produce", "msgs_per_s", "produce msgs/s, Charon / Zaqar", 3.0),
-        ("pipeline", "msgs_per_s", "pipeline consume msgs/s, Charon / Zaqar", 5.0),
-        ("dlq", "moves_per_s", "dlq moves/s, Charon / Zaqar", 5.0),
-    ):
-        c, z = get(workload, "charon", key), get(workload, "zaqar", key)
-        if c is not None and z:
-            rows.append((label, c / z, f">= {target}", c / z >= target))
-    if (t := get("dlq", "charon", "dlq_claimable_after_s")) is not None:
-        rows.append(("dlq: seconds until dead-lettered messages are claimable (Charon)", t, "< 1", t < 1))
-    if (r := get("depth", "charon", "p50_ratio")) is not None:
-        rows.append(("depth: claim p50 at the big depth / at 1k (Charon)", r, "<= 1.5", r <= 1.5))
-    c, b = get("ping", "charon", "requests_per_s"), get("ping", "bare_fastapi", "requests_per_s")
-    if c is not None and b:
-        rows.append(("GET /v2/ping req/s, Charon / bare FastAPI", c / b, ">= 0.8", c / b >= 0.8))
-    return rows
-
-
-def markdown(results: dict[str, Any], args: argparse.Namespace) -> str:
-    command = " ".join(["python", "-m", "bench.compare", *sys.argv[1:]])
-    out = [
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `{command}`, "
-        f"Charon with {args.workers} workers, Zaqar {ZAQAR_VERSION} with gunicorn -w {ZAQAR_WORKERS}.",
-        "",
-        "| target | measured | goal | met |",
-        "| --- | --- | --- | --- |",
-    ]
-    out += [
-        f"| {label} | {value:.2f} | {goal} | {'yes' if ok else '**no**'} |"
-        for label, value, goal, ok in ratios(results)
-    ]
-    out += [
-        "",
-        "| workload | server | msgs/s | req/s | lost | dup | p50 ms by request | non-2xx | 503 retried |",
-        "| --- " * 9 + "|",
-    ]
-    for workload, by_server in results.items():
-        for server, r in by_server.items():
-            rate = r.get("msgs_per_s") or r.get("moves_per_s")
-            p50 = ", ".join(f"{k} {v['p50_ms']:.1f}" for k, v in r["requests"].items())
-            bad = {k: v["non_2xx"] for k, v in r["requests"].items() if v["non_2xx"]}
-            retried = r.get("retried_503") or "-"
-            rate_text = f"{rate:,.0f}" if rate else "-"
-            reqs_text = f"{r['requests_per_s']:,.0f}" if r.get("requests_per_s") else "-"
-            dup = f"{r.get('duplicated', '-')}"
-            if r.get("duplicated_by_post_retry"):
-                dup += f" (+{r['duplicated_by_post_retry']} after a post retried on 503)"
-            out.append(
-                f"| {workload} | {server} | {rate_text} | {reqs_text} | "
-                f"{r.get('lost', '-')} | {dup} | {p50} | {bad or '-'} | {retried} |"
-            )
-    if any(r.get("retried_503") for by_server in results.values() for r in by_server.values()):
-        out += [
-            "",
-            "503 retried: requests answered 503 and tried again after a pause, by request type, set-up "
-            "and read-back included (non-2xx counts the timed requests' answers, each 503 among them). "
-            "A copy beyond the first of a message whose post was retried on a 503 is in brackets in dup, "
-            "not in its count (see bench/README.md).",
-        ]
-    extra = results.get("dlq", {})
-    if extra:
-        out.append("")
-        for server, r in extra.items():
-            out.append(
-                f"- dlq, {server}: dead-lettered messages claimable after {r.get('dlq_claimable_after_s')} s"
-            )
-    depth = results.get("depth", {})
-    for server, r in depth.items():
-        p50s = {k: round(v, 2) for k, v in r.items() if k.startswith("claim_p50_ms@")}
-        out.append(f"- depth, {server}: claim p50 ms {p50s}, ratio {r.get('p50_ratio', 0):.2f}")
-    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="bench.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--workloads", default="produce,pipeline,dlq,depth,ping")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--peers", default=",".join(PEERS), help="peers beside Charon (default: zaqar,rabbitmq)")
     p.add_argument("--messages", type=int, default=20_000, help="per run (5x that for produce)")
     p.add_argument("--depth-big", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=2, help="Charon worker processes (default 2)")
-    p.add_argument("--quick", action="store_true", help="5,000 messages, depth 100,000, 3 s of ping")
+    p.add_argument(
+        "--quick", action="store_true", help="5,000 messages, depth 100,000, 3 s of ping, 5 s of idle"
+    )
     p.add_argument("--json", type=Path, help="also write every result to this file")
     args = p.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    args.peers = [w.strip() for w in args.peers.split(",") if w.strip()]
+    if unknown := set(args.workloads) - set(WORKLOADS) or set(args.peers) - set(PEERS):
+        p.error(f"unknown workloads or peers: {', '.join(sorted(unknown))}")
     results = run(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
-    print(markdown(results, args))
-    return 0 if all(ok for *_, ok in ratios(results)) else 1
+    command = " ".join(["python", "-m", "bench.compare", *(sys.argv[1:] if argv is None else argv)])
+    peers = [f"Zaqar {ZAQAR_VERSION} with gunicorn -w {ZAQAR_WORKERS}"] if ZAQAR in args.peers else []
+    if RABBITMQ in args.peers:
+        peers.append(f"RabbitMQ {release()[0]} (quorum queues)")
+    heading = (
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `{command}`, Charon with {args.workers} workers"
+        + "".join(f", {peer}" for peer in peers)
+        + "."
+    )
+    print(markdown(results, heading))
+    return 0 if all(ok for *_, ok in targets(results)) else 1
 
 
 if __name__ == "__main__":
