@@ -41,9 +41,18 @@ $(STAMP): pyproject.toml | system-deps
 run: install
 	$(BIN)/charon serve
 
-# Charon against OpenStack Zaqar 23.0.1 (its own virtualenv under .bench/, made on first use): bench/README.md
+# Charon against OpenStack Zaqar 23.0.1 (its own virtualenv under .bench/, made on first use) and a private
+# RabbitMQ (Debian's rabbitmq-server, installed via apt-get when root): bench/README.md
 bench: install
-	$(BIN)/python -m bench.compare
+	@if ! ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing rabbitmq-server (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
+	  else \
+	    echo "rabbitmq-server is missing: run 'sudo apt-get install rabbitmq-server' (or make bench BENCH_ARGS='--peers zaqar')"; exit 1; \
+	  fi; \
+	fi
+	$(BIN)/python -m bench.compare $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
