@@ -11,7 +11,7 @@ count as the broker's own CPU.
 
     with RabbitMQ() as broker:
         broker.url    # amqp://guest:guest@127.0.0.1:PORT/
-        broker.pid    # beam.smp (its port programs run under it)
+        broker.pid    # the server script's process: beam.smp and its port programs run under it
 
 The private epmd runs as a child of this process (not daemonised by erl), so that it can be waited for.
 Stopping runs `rabbitmqctl stop` and then ends that epmd (`epmd -kill` on its port): nothing is left
@@ -77,7 +77,7 @@ class RabbitMQ:
     @property
     def pid(self) -> int:
         assert self.proc is not None
-        return self.proc.pid  # the script execs erl, which execs beam.smp: the same process
+        return self.proc.pid  # the server script (sh); beam.smp and its erl_child_setup run under it
 
     @property
     def log(self) -> Path:
@@ -200,7 +200,7 @@ def _listens(port: int) -> bool:
 
 def main() -> int:
     with RabbitMQ() as broker:
-        print(f"RabbitMQ {broker.version} at {broker.url} (beam.smp pid {broker.pid})")
+        print(f"RabbitMQ {broker.version} at {broker.url} (server pid {broker.pid})")
         print(broker.ctl("status").stdout[:1500])
     return 0
 
