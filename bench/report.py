@@ -125,12 +125,12 @@ def _cpu(r: dict[str, Any], prefix: str = "") -> tuple[str, str, str]:
 
 def _row(workload: str, system: str, r: dict[str, Any], prefix: str = "", requests: str = "requests") -> str:
     if "failed" in r:
-        return f"| {workload} | {system} | **failed** | | | | | | {r['failed']} | | |"
+        return f"| {workload} | {system} | **failed** | | | | | | | {r['failed']} | | |"
     rate = r.get(f"{prefix}msgs_per_s") if prefix else (r.get("msgs_per_s") or r.get("moves_per_s"))
     reqs = r.get(requests) or {}
     p50 = ", ".join(f"{k} {v['p50_ms']:.1f}" for k, v in reqs.items()) or "-"
     bad = {k: v["non_2xx"] for k, v in reqs.items() if v["non_2xx"]} or "-"
-    retried = r.get("retried_5xx") or r.get("retried") or "-"
+    retried = "-" if prefix else (r.get("retried_5xx") or r.get("retried") or "-")  # a run's, on its row
     dup = f"{r.get('duplicated', '-')}"
     if r.get("duplicated_by_post_retry"):
         dup += f" (+{r['duplicated_by_post_retry']} after a post retried on a 5xx)"
