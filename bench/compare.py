@@ -11,7 +11,7 @@ Starts, each on free loopback ports:
 Then runs each workload of bench/loadgen.py (HTTP) against Charon and Zaqar and of bench/amqp.py (aio-pika)
 against RabbitMQ, one after the other, each in a fresh process that reads the servers' CPU around its timed
 phase, and prints the results and the targets of issues 8 and 20 as Markdown (bench/report.py). A run that
-fails is reported and the bench goes on; the exit code is 0 only when every target is met.
+fails is reported and the bench goes on; the exit code is 0 only when every target is met and no run failed.
 
 Run: make bench            (or: .venv/bin/python -m bench.compare [--quick] [--peers zaqar] [--json out.json])
 """
@@ -131,59 +131,58 @@ class Service:
 @dataclass
 class System:
     """What a load generator is pointed at: its URL, the pids of its server processes (each with its
-    children) for CPU accounting, and the store's URL for counting its commands."""
+    children) for CPU accounting, and the store's URL for counting its commands; or why it did not start."""
 
     url: str
     pids: list[int]
     redis_url: str | None = None
+    failed: str | None = None
+
+
+def start_zaqar(stack: contextlib.ExitStack, workdir: Path) -> System:
+    redis = RedisServer().start()
+    stack.callback(redis.stop)
+    home = workdir / "zaqar-home"  # oslo.config finds ~/zaqar.conf; HOME points the workers here
+    home.mkdir()
+    (home / "zaqar.conf").write_text(ZAQAR_CONF.format(uri=redis.url))
+    gunicorn = zaqar_venv()
+    port = free_port()
+    argv = [str(gunicorn), "-w", str(ZAQAR_WORKERS), "-b", f"127.0.0.1:{port}"]
+    argv.append("zaqar.transport.wsgi.app:app")
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    zaqar = stack.enter_context(Service("zaqar", argv, env, port, workdir / "zaqar.log"))
+    return System(zaqar.url, [_pid(zaqar.proc), _pid(redis.proc)], redis.url)
+
+
+def start_charon(stack: contextlib.ExitStack, workdir: Path, workers: int) -> System:
+    redis = RedisServer().start()
+    stack.callback(redis.stop)
+    port = free_port()
+    env = dict(os.environ, CHARON_STORAGE_URI=redis.url, CHARON_PORT=str(port))
+    argv = [sys.executable, "-m", "app.cli", "serve", "--workers", str(workers), "--log-level", "warning"]
+    charon = stack.enter_context(Service("charon", argv, env, port, workdir / "charon.log"))
+    return System(charon.url, [_pid(charon.proc), _pid(redis.proc)], redis.url)
+
+
+def start_rabbitmq(stack: contextlib.ExitStack) -> System:
+    broker = stack.enter_context(RabbitMQ())
+    print(f"compare: RabbitMQ {broker.version} at {broker.url}", flush=True)
+    return System(broker.url, [broker.pid])
 
 
 @contextlib.contextmanager
 def services(workdir: Path, charon_workers: int, peers: list[str]) -> Iterator[dict[str, System]]:
-    """Charon, and each of `peers` (zaqar, rabbitmq), running; stopped after, whatever happened."""
+    """Charon and each of `peers` (zaqar, rabbitmq), running, stopped after whatever happened. A peer that
+    does not start is a System with `failed` set: its runs are reported failed and the others go on."""
     with contextlib.ExitStack() as stack:
-        charon_redis = RedisServer().start()
-        stack.callback(charon_redis.stop)
-        running: dict[str, System] = {}
-        zaqar: Service | None = None
-        if ZAQAR in peers:
-            zaqar_redis = RedisServer().start()
-            stack.callback(zaqar_redis.stop)
-            home = workdir / "zaqar-home"  # oslo.config finds ~/zaqar.conf; HOME points the workers here
-            home.mkdir()
-            (home / "zaqar.conf").write_text(ZAQAR_CONF.format(uri=zaqar_redis.url))
-            gunicorn = zaqar_venv()
-            port = free_port()
-            zaqar = Service(
-                "zaqar",
-                [
-                    str(gunicorn),
-                    "-w",
-                    str(ZAQAR_WORKERS),
-                    "-b",
-                    f"127.0.0.1:{port}",
-                    "zaqar.transport.wsgi.app:app",
-                ],
-                {"PATH": os.environ["PATH"], "HOME": str(home)},
-                port,
-                workdir / "zaqar.log",
-            )
-        port = free_port()
-        charon_env = dict(os.environ, CHARON_STORAGE_URI=charon_redis.url, CHARON_PORT=str(port))
-        charon_argv = [sys.executable, "-m", "app.cli", "serve", "--workers", str(charon_workers)]
-        charon = stack.enter_context(
-            Service(
-                "charon", [*charon_argv, "--log-level", "warning"], charon_env, port, workdir / "charon.log"
-            )
-        )
-        running[CHARON] = System(charon.url, [_pid(charon.proc), _pid(charon_redis.proc)], charon_redis.url)
-        if zaqar is not None:
-            stack.enter_context(zaqar)
-            running[ZAQAR] = System(zaqar.url, [_pid(zaqar.proc), _pid(zaqar_redis.proc)], zaqar_redis.url)
-        if RABBITMQ in peers:
-            broker = stack.enter_context(RabbitMQ())
-            print(f"compare: RabbitMQ {broker.version} at {broker.url}", flush=True)
-            running[RABBITMQ] = System(broker.url, [broker.pid])
+        running = {CHARON: start_charon(stack, workdir, charon_workers)}
+        starters = {ZAQAR: lambda: start_zaqar(stack, workdir), RABBITMQ: lambda: start_rabbitmq(stack)}
+        for peer in peers:
+            try:
+                running[peer] = starters[peer]()
+            except Exception as e:  # the bench goes on without it
+                print(f"compare: {peer} did not start: {e}", flush=True)
+                running[peer] = System("", [], failed=f"{peer} did not start: {str(e)[:200]}")
         yield running
 
 
@@ -195,6 +194,8 @@ def _pid(proc: subprocess.Popen[bytes] | None) -> int:
 def generator(module: str, system: System, workload: str, *options: str) -> dict[str, Any]:
     """One run of bench.loadgen or bench.amqp in a process of its own: its JSON, or {"failed": why} when it
     did not finish (the bench goes on; a target that needs the run is not met)."""
+    if system.failed:
+        return {"failed": system.failed}
     argv = [sys.executable, "-m", module, "--url", system.url, "--workload", workload, "--json", *options]
     argv += ["--server-pids", ",".join(map(str, system.pids))]
     try:
@@ -302,14 +303,16 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "-m", "bench.compare", *(sys.argv[1:] if argv is None else argv)])
     peers = [f"Zaqar {ZAQAR_VERSION} with gunicorn -w {ZAQAR_WORKERS}"] if ZAQAR in args.peers else []
     if RABBITMQ in args.peers:
-        peers.append(f"RabbitMQ {release()[0]} (quorum queues)")
+        with contextlib.suppress(RuntimeError):  # not installed: its runs say so
+            peers.append(f"RabbitMQ {release()[0]} (quorum queues)")
     heading = (
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: `{command}`, Charon with {args.workers} workers"
         + "".join(f", {peer}" for peer in peers)
         + "."
     )
     print(markdown(results, heading))
-    return 0 if all(ok for *_, ok in targets(results)) else 1
+    failed = any("failed" in r for by_system in results.values() for r in by_system.values())
+    return 0 if all(ok for *_, ok in targets(results)) and not failed else 1
 
 
 if __name__ == "__main__":

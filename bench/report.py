@@ -144,6 +144,8 @@ def _row(workload: str, system: str, r: dict[str, Any], prefix: str = "", reques
 
 def markdown(results: Results, heading: str) -> str:
     out = [heading, "", "| target | measured | goal | met |", "| --- | --- | --- | --- |"]
+    if not targets(results):
+        out.append("| (no target needs only these workloads and peers) | | | |")
     for label, measured, goal, ok in targets(results):
         shown = "run failed" if measured is None else f"{measured:.2f}"
         out.append(f"| {label} | {shown} | {goal} | {'yes' if ok else '**no**'} |")
