@@ -12,8 +12,9 @@ Workloads (see bench/README.md):
   depth     claim latency (one consumer, claim then release) with 1,000 and with --depth-big messages queued
   ping      GET /v2/ping from 16 connections for --duration seconds
   idle      16 consumers wait on an empty queue, long polling (`claims?wait=20`) or short polling (a claim
-            every 100 ms); --idle-seconds of idle (store commands, from --redis-url's INFO, and server CPU),
-            then --idle-messages posted one at a time at random moments: post-to-claim latency p50/p99
+            every 100 ms, jittered); --idle-seconds of idle (store commands, from --redis-url's INFO, and
+            server CPU), then --idle-messages posted one at a time at random moments: post-to-claim latency
+            p50/p99
 
 With --server-pids (the service's processes and its redis-server) a run reports the servers' CPU per message
 in its timed phase (bench/cpu.py), and always the load generator's own.
@@ -547,9 +548,10 @@ async def store_commands(redis_url: str | None) -> int | None:
 
 class Pollers:
     """Consumers that claim from `queue` until stopped, long polling (`?wait=`) or short polling (a pause of
-    --poll-interval after each 204, their first claims spread over one interval, as independent clients
-    would be, not polling in step). Each deletes what it claims (with the claim id) and notes the latency
-    from the post's send time in the body to the claim's answer. A consumer's error ends `pause` at once."""
+    --poll-interval after each 204, jittered by 10 %, their first claims spread over one interval: as
+    independent clients would be; without the jitter, one slow answer puts several in step for good, and
+    they poll in bursts). Each deletes what it claims (with the claim id) and notes the latency from the
+    post's send time in the body to the claim's answer. A consumer's error ends `pause` at once."""
 
     def __init__(self, client: Client, queue: str, args: argparse.Namespace, n: int) -> None:
         self.client, self.queue, self.args, self.n = client, queue, args, n
@@ -574,7 +576,7 @@ class Pollers:
                 _check(status, body, "claim", conn)
                 if status == 204 or not body:
                     if not self.long:
-                        await asyncio.sleep(self.args.poll_interval)
+                        await asyncio.sleep(self.args.poll_interval * random.uniform(0.9, 1.1))
                     continue
                 for m in body["messages"]:
                     self.latencies.append(arrived - m["body"]["sent"])

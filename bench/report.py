@@ -173,19 +173,21 @@ def _idle(by_system: dict[str, Any]) -> list[str]:
     out = [
         "",
         "| idle | claims/s while idle | store commands/s while idle | server cores while idle | "
-        "post-to-claim p50 ms | p99 ms | server CPU us/msg delivering | lost | dup |",
-        "| --- " * 9 + "|",
+        "post-to-claim p50 ms | p99 ms | server CPU us/msg delivering | store commands/msg delivering | lost "
+        "| dup |",
+        "| --- " * 10 + "|",
     ]
     for system, r in by_system.items():
         if "failed" in r:
-            out.append(f"| {system} | **failed**: {r['failed']} | | | | | | | |")
+            out.append(f"| {system} | **failed**: {r['failed']} | | | | | | | | |")
             continue
         claims = r["idle_claim_requests"] / r["idle_seconds"]
         out.append(
             f"| {system} | {claims:,.1f} | {_num(r.get('idle_store_commands_per_s'), ',.1f')} | "
-            f"{_num(r.get('idle_server_cores'), '.3f')} | {r['post_to_claim_p50_ms']:.2f} | "
-            f"{r['post_to_claim_p99_ms']:.2f} | {_num(r.get('server_cpu_us_per_msg'))} | "
-            f"{r.get('lost', '-')} | {r.get('duplicated', '-')} |"
+            f"{_num(r.get('idle_server_cores'), '.3f')} | {_num(r.get('post_to_claim_p50_ms'), '.2f')} | "
+            f"{_num(r.get('post_to_claim_p99_ms'), '.2f')} | {_num(r.get('server_cpu_us_per_msg'))} | "
+            f"{_num(r.get('store_commands_per_msg'), '.1f')} | {r.get('lost', '-')} | "
+            f"{r.get('duplicated', '-')} |"
         )
     return out
 
