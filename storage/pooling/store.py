@@ -514,7 +514,10 @@ class PooledWakeups:
         for name in names:
             source = self._sources.get(name)
             if source is None:
-                source = self._sources[name] = (await self._pooled.pool_store(name)).wakeups(self._told)
+                store = await self._pooled.pool_store(name)
+                source = self._sources.get(name)  # another listen may have made it meanwhile
+                if source is None:
+                    source = self._sources[name] = store.wakeups(self._told)
             await source.listen(q)
         self._listening[q] = names
 

@@ -110,9 +110,11 @@ class RedisWakeups:
         self._closed = True
         self._confirmed.clear()
         if self._reader is not None:
+            # ended before its connection is closed: a read cut short reconnects (redis-py's retry), and a
+            # connection made after the close would be left open. The flag ends it within READ_WAIT_S even
+            # if a read swallows the cancellation.
             self._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(self._reader, READ_WAIT_S * 2)
+            await asyncio.wait([self._reader])
         if self._pubsub is not None:
             await _close(self._pubsub)
             self._pubsub = None

@@ -20,7 +20,7 @@ from app.settings import Settings
 from core import errors
 from tests.conftest import api_client
 
-HOT = {"post_messages", "delete_message", "create_claim", "release_claim", "ping"}
+HOT = {"post_messages", "delete_message", "delete_messages", "create_claim", "release_claim", "ping"}
 
 
 def _domain_errors() -> list[type[errors.CharonError]]:
