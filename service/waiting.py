@@ -38,6 +38,7 @@ class LongPolls:
         self._lines: dict[QueueRef, dict[_Waiter, None]] = {}  # insertion-ordered: the FIFO line
         self._listened: set[QueueRef] = set()
         self._wakeups: Wakeups | None = None
+        self._subscribing = asyncio.Lock()
         self._closed = False
 
     @property
@@ -102,16 +103,24 @@ class LongPolls:
     async def _listen(self, q: QueueRef) -> None:
         if q in self._listened:
             return
-        if self._wakeups is None:
-            self._wakeups = self._store().wakeups(self._on_wake)
-        await self._wakeups.listen(q)
-        self._listened.add(q)
+        async with self._subscribing:
+            if q in self._listened:
+                return
+            if self._wakeups is None:
+                self._wakeups = self._store().wakeups(self._on_wake)
+            await self._wakeups.listen(q)
+            self._listened.add(q)
 
     async def _unlisten(self, q: QueueRef) -> None:
-        self._listened.discard(q)
-        if self._wakeups is not None:
-            with contextlib.suppress(Exception):  # the store is gone: nothing to stop
-                await self._wakeups.unlisten(q)
+        """One at a time with _listen: a listen that starts as the last waiter leaves subscribes after the
+        unsubscribe, not before it (and would then hear nothing)."""
+        async with self._subscribing:
+            if q in self._lines:  # a new waiter came meanwhile: keep listening
+                return
+            self._listened.discard(q)
+            if self._wakeups is not None:
+                with contextlib.suppress(Exception):  # the store is gone: nothing to stop
+                    await self._wakeups.unlisten(q)
 
     def _on_wake(self, q: QueueRef | None, n: int) -> None:
         if q is None:  # the source may have missed some: everyone claims again and listens afresh

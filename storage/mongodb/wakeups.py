@@ -24,6 +24,8 @@ from storage.mongodb.schema import MESSAGE as M
 
 log = logging.getLogger("charon.mongodb")
 
+CLOSE_WAIT_S = 5.0  # the longest a closing stream and its reader are waited for
+
 CLAIMABLE_EVENTS = [
     {
         "$match": {
@@ -86,15 +88,16 @@ class MongoWakeups:
             await stream.close()
 
     async def _close(self) -> None:
+        """The stream first: a cancelled read of a change stream can be retried inside PyMongo rather than
+        end, so the reader is ended by closing its stream, and waited for a bounded time only."""
         stream, reader = self._stream, self._reader
         self._stream = self._reader = None
+        if stream is not None:
+            with contextlib.suppress(PyMongoError, TimeoutError):
+                await asyncio.wait_for(stream.close(), CLOSE_WAIT_S)
         if reader is not None:
             reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
-        if stream is not None:
-            with contextlib.suppress(PyMongoError):
-                await stream.close()
+            await asyncio.wait([reader], timeout=CLOSE_WAIT_S)
 
     async def aclose(self) -> None:
         self._queues.clear()
