@@ -284,9 +284,11 @@ async def delete_messages(request: Request, params: DeleteManyQuery) -> Response
     claims = claim_ids(params.claim_ids, max_delete_ids(limits))
     left = await store.delete_messages(q, listed, claim_ids=claims)
     if left:
+        one = len(left) == 1
         raise NotAllDeleted(
-            f"{len(left)} of the listed messages were not deleted, since none of the given claims holds them "
-            f"now (not_deleted says which and why: {NOT_DELETED_REASONS}); the others were deleted.",
+            f"{len(left)} of the listed messages {'was' if one else 'were'} not deleted, since none of the "
+            f"given claims holds {'it' if one else 'them'} now (not_deleted says which and why: "
+            f"{NOT_DELETED_REASONS}); the others were deleted.",
             [{"id": n.id, "reason": n.reason} for n in left],
         )
     return Response(status_code=204)

@@ -63,6 +63,7 @@ async def test_an_expired_claim_acknowledges_nothing(client: httpx.AsyncClient, 
     clock.advance(61)
     r = await client.delete("/v2/queues/jobs/messages", params={"ids": ids[0], "claim_ids": cid})
     assert r.status_code == 403
+    assert r.json()["description"].startswith("1 of the listed messages was not deleted, since none of the ")
     assert r.json()["not_deleted"] == [{"id": ids[0], "reason": "not_claimed"}]
     assert await bodies(client, "jobs") == ["a"]
 
