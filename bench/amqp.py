@@ -36,7 +36,7 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
 from bench.cpu import Meter, pid_list
-from bench.loadgen import BATCH, Recorder, integrity, message_body
+from bench.loadgen import BATCH, Recorder, integrity, message_body, run_cli
 
 WORKLOADS = ("produce", "produce-one", "pipeline", "dlq")
 PREFETCH = 10
@@ -346,19 +346,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        uvloop.install()
-    result = asyncio.run(run_workload(args))
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        from bench.loadgen import table
-
-        print(table(result))
-    return 0 if result.get("lost", 0) == 0 and result.get("duplicated", 0) == 0 else 1
+    return run_cli(parser().parse_args(argv), run_workload)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -735,15 +735,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+Workload = Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def run_cli(args: argparse.Namespace, workload: Workload) -> int:
+    """A load generator's command: run `workload` on uvloop (when installed), print its result (JSON with
+    --json, else the table), and exit 0 when nothing was lost or duplicated. bench/amqp.py's too."""
     with contextlib.suppress(ImportError):
         import uvloop
 
         uvloop.install()
-    result = asyncio.run(run_workload(args))
+    result = asyncio.run(workload(args))
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0 if result.get("lost", 0) == 0 and result.get("duplicated", 0) == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(parser().parse_args(argv), run_workload)
 
 
 if __name__ == "__main__":
