@@ -329,10 +329,8 @@ class PooledStore:
         store = await self._route(q)
         if store is None:
             if wait_ms > 0:  # a long poll on a queue not placed yet: its first post may go to any pool
-                for pool in await self.catalogue.list_pools():
-                    await (await self.pool_store(pool.name)).claim(
-                        q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms
-                    )
+                for _, pool_store in await self._each_pool():
+                    await pool_store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms)
             return ClaimResult(claim=None)
         return await store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms)
 
@@ -447,6 +445,11 @@ class PooledStore:
     async def _each_pool(self) -> list[tuple[str, Store]]:
         return [(pool.name, await self.pool_store(pool.name)) for pool in await self.catalogue.list_pools()]
 
+    async def _holding_or_each_pool(self, q: QueueRef) -> list[tuple[str, Store]]:
+        """The pool that holds `q`, or every pool while `q` is not placed (its first write may go to any)."""
+        name = await self.catalogue.lookup(q)
+        return [(name, await self.pool_store(name))] if name is not None else await self._each_pool()
+
     async def sweep(self, *, lease_ms: int = 0) -> int | None:
         """Sweep every pool (each under its own lease); an unreachable pool does not stop the others."""
         results: list[int | BaseException | None] = await asyncio.gather(
@@ -509,17 +512,13 @@ class PooledWakeups:
     async def listen(self, q: QueueRef) -> None:
         if q in self._listening:
             return
-        place = await self._pooled.catalogue.lookup(q)
-        names = [place] if place is not None else [p.name for p in await self._pooled.catalogue.list_pools()]
-        for name in names:
+        pools = await self._pooled._holding_or_each_pool(q)
+        for name, store in pools:
             source = self._sources.get(name)
             if source is None:
-                store = await self._pooled.pool_store(name)
-                source = self._sources.get(name)  # another listen may have made it meanwhile
-                if source is None:
-                    source = self._sources[name] = store.wakeups(self._told)
+                source = self._sources[name] = store.wakeups(self._told)
             await source.listen(q)
-        self._listening[q] = names
+        self._listening[q] = [name for name, _ in pools]
 
     async def unlisten(self, q: QueueRef) -> None:
         for name in self._listening.pop(q, []):
