@@ -50,15 +50,13 @@ class LongPolls:
         store = self._store()
         if wait <= 0 or self._closed:
             return await store.claim(q, ttl=ttl, grace=grace, limit=limit)
-        if q not in self._listened:
-            # not listened to here yet: a busy queue answers without a subscription (and its round trip)
+        if self.waiting >= self._max or q not in self._listened:
+            # a claim that cannot wait, or on a queue not listened to here yet: a busy queue answers without
+            # a subscription (and its round trip)
             result = await store.claim(q, ttl=ttl, grace=grace, limit=limit)
             if result.claim is not None:
                 return result
-        if self.waiting >= self._max:
-            result = await store.claim(q, ttl=ttl, grace=grace, limit=limit)
-            if result.claim is not None:
-                return result
+        if self.waiting >= self._max:  # looked at again: no await between it and joining the line
             raise ServiceBusy(
                 f"{self._max} claims already wait in this process (CHARON_LIMITS__MAX_WAITING_CLAIMS); claim "
                 "again without `wait`, or with it in a moment."
