@@ -3,10 +3,15 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+# Keystone (the identity service the tests' `keystone` fixture runs, tests/keystone.py) lives in a virtualenv of
+# its own: its pinned dependencies (SQLAlchemy, oslo.*, ...) must not move ours. Only the tests use it.
+KS_VENV    := .venv-keystone
+KS_STAMP   := $(KS_VENV)/.installed
+KEYSTONE   ?= keystone==30.0.0
 
 .PHONY: install system-deps run test test-fast lint fmt typecheck openapi bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(KS_STAMP)
 
 # redis-server (the embedded default store and the tests' server) comes from Debian's package.
 system-deps:
@@ -38,7 +43,15 @@ $(STAMP): pyproject.toml | system-deps
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-run: install
+# Made once (its own stamp); gunicorn serves keystone.wsgi.api in it.
+$(KS_STAMP):
+	$(PY) -m venv $(KS_VENV)
+	$(KS_VENV)/bin/pip install -q --upgrade pip
+	$(KS_VENV)/bin/pip install -q '$(KEYSTONE)' gunicorn
+	touch $(KS_STAMP)
+
+# The service alone: Charon's virtualenv, not Keystone's.
+run: $(STAMP)
 	$(BIN)/charon serve
 
 # Charon against OpenStack Zaqar 23.0.1 (its own virtualenv under .bench/, made on first use) and a private
@@ -75,4 +88,4 @@ openapi: install
 	$(BIN)/charon openapi > openapi.yaml
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(KS_VENV) .pytest_cache .mypy_cache .ruff_cache

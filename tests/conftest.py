@@ -29,6 +29,8 @@ from storage.pooling.catalogue import Pool
 from storage.pooling.redis_catalogue import RedisCatalogue
 from storage.pooling.store import PooledStore
 from storage.redis.store import RedisStore
+from tests.keystone import KEYSTONE_VENV, KeystoneServer
+from tests.keystone import available as keystone_available
 from tests.servers import MongoServer, RedisCluster, RedisServer
 
 PROJECT = "project-a"
@@ -227,3 +229,16 @@ async def defaulted_store(
     if isinstance(store, MongoStore):
         await store.drop_collections()
     await store.aclose()
+
+
+@pytest.fixture(scope="session")
+def keystone() -> Iterator[KeystoneServer]:
+    """A real Keystone (tests/keystone.py) from .venv-keystone, which `make install` makes: missing, the tests
+    that use it fail (they are not skipped)."""
+    if not keystone_available():
+        pytest.fail(
+            f"Keystone is not installed ({KEYSTONE_VENV} is missing): run `make install`", pytrace=False
+        )
+    server = KeystoneServer().start()
+    yield server
+    server.stop()
