@@ -1,4 +1,5 @@
-"""Request dependencies: the store, the limits, and the checked Client-ID / X-Project-ID / queue name.
+"""Request dependencies: the store, the limits, and the checked Client-ID / project / queue name (the project
+is the identity's that api/auth.py found: X-Project-ID itself only in noauth and trusted-proxy modes).
 
 Every dependency is `async def` and takes at most the Request: FastAPI runs a plain `def` dependency in its
 thread pool (a thread hop per dependency per request), and resolves each declared Header/Path parameter and
@@ -19,10 +20,11 @@ import orjson
 from fastapi import Depends, Request
 from pydantic import BaseModel, Field, ValidationError
 
+from api.auth import identity_of
 from api.errors import describe_errors
 from api.params import QUERY, QueryModel
 from core.clock import Clock
-from core.errors import InvalidBody, InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from core.errors import InvalidBody, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_client_id, check_project, check_queue_name
 from core.metadata import DeadLetterDefaults
 from core.models import QueueRef
@@ -75,45 +77,20 @@ async def show_provenance(request: Request, params: Annotated[ProvenanceQuery, Q
     return default if params.provenance is None else params.provenance
 
 
-def identity_headers(request: Request) -> tuple[str | None, str | None]:
-    """X-Project-ID and Client-ID as sent, each None when absent; 400 when either, or the roles header
-    (X-Roles), is sent twice: a proxy that appends its own instead of replacing the client's must not let
-    the client's win."""
-    project = client = None
-    roles_header: bytes = request.app.state.roles_header
-    roles = False
-    for name, value in request.scope["headers"]:  # ASGI: lowercase names, in the order received
-        if name == b"x-project-id":
-            if project is not None:
-                raise sent_twice("X-Project-ID")
-            project = value.decode("latin-1")
-        elif name == b"client-id":
-            if client is not None:
-                raise sent_twice("Client-ID")
-            client = value.decode("latin-1")
-        elif name == roles_header:
-            if roles:
-                raise sent_twice(request.app.state.settings.roles_header)
-            roles = True
-    return project, client
-
-
-def sent_twice(header: str) -> InvalidInput:
-    return InvalidInput(f"The {header} header is sent more than once; send it exactly once.")
-
-
 async def project_id(request: Request) -> str:
-    return check_project(identity_headers(request)[0])
+    return check_project(identity_of(request).project)
 
 
 async def client_id(request: Request) -> str:
-    return check_client_id(identity_headers(request)[1])
+    return check_client_id(identity_of(request).client)
 
 
 def _queue_and_client(request: Request) -> tuple[QueueRef, str]:
-    project, client = identity_headers(request)
-    q = QueueRef(project=check_project(project), name=check_queue_name(request.path_params["queue_name"]))
-    return q, check_client_id(client)
+    identity = identity_of(request)
+    q = QueueRef(
+        project=check_project(identity.project), name=check_queue_name(request.path_params["queue_name"])
+    )
+    return q, check_client_id(identity.client)
 
 
 async def queue_ref(request: Request) -> QueueRef:

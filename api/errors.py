@@ -18,11 +18,16 @@ JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 
 
 def error_response(
-    status: int, title: str, description: str, details: dict[str, Any] | None = None
+    status: int,
+    title: str,
+    description: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     """Zaqar's error body; `details`: fields beside title and description (e.g. a bulk delete's
-    `not_deleted`)."""
-    headers = {"Accept-Patch": JSON_PATCH} if status == UnsupportedMediaType.status else None
+    `not_deleted`); `headers`: the answer's own (e.g. a 401's WWW-Authenticate)."""
+    if status == UnsupportedMediaType.status:
+        headers = {**(headers or {}), "Accept-Patch": JSON_PATCH}
     body = {"title": title, "description": description, **(details or {})}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -45,7 +50,7 @@ def describe_errors(errors: Sequence[Any], *, sourced: bool = False) -> str:
 async def _charon_error(_: Request, exc: Exception) -> JSONResponse:
     """The answer to a domain error, from a FastAPI route or a plain one alike (api/routing.py)."""
     assert isinstance(exc, CharonError)
-    return error_response(exc.status, exc.title, exc.description, exc.details)
+    return error_response(exc.status, exc.title, exc.description, exc.details, exc.headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

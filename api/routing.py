@@ -6,7 +6,9 @@ answered by the app's exception handlers (api/errors.py). A route is one of two 
   query model when it has one, and nothing is resolved for it. FastAPI's request handling costs a route
   about twice what Starlette's does (bench/README.md, "One dispatch path").
 
-Either kind refuses a query parameter it does not take before anything else runs, and reads the values with
+Either kind first finds who is calling and checks the route's policy rule (api/auth.py; the rule is looked
+up by method and path in api/policy.py, and a route without one is refused at import), then refuses a
+query parameter it does not take before anything else runs, and reads the values with
 its query model (api/params.py): a plain route before its endpoint runs, a FastAPI route where its endpoint's
 parameters list the model. Its OpenAPI operation is FastAPI's, written from the same declaration: path
 parameters from the path, query parameters from the model. A plain route is documented by an APIRoute that
@@ -25,7 +27,9 @@ from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
 
+from api.auth import Authenticator
 from api.params import QUERY_KEY, operation_parameters, query_model_of
+from api.policy import rule_for
 
 E = TypeVar("E", bound=Callable[..., Awaitable[Response]])
 
@@ -37,19 +41,43 @@ def _calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
         yield from _calls(sub)
 
 
+RULE_KEY = "x-policy-rule"  # the operation's policy rule, in its OpenAPI entry
+
+
+def route_rule(method: str, path: str, openapi_extra: dict[str, Any] | None) -> str | None:
+    """The policy rule a route names in its declaration (openapi_extra), else api/policy.py's for its method
+    and path; None: a public route."""
+    named = (openapi_extra or {}).get(RULE_KEY)
+    return str(named) if named else rule_for(method, path)
+
+
+def documents_rule(rule: str | None, openapi_extra: dict[str, Any] | None) -> dict[str, Any] | None:
+    return {**(openapi_extra or {}), RULE_KEY: rule} if rule else openapi_extra
+
+
 class Route(APIRoute):
     """A FastAPI route: checks its query parameters' names first (their values where the endpoint takes
     them, api.params.QUERY) and documents its path and query parameters."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        (method,) = kwargs["methods"]
+        self.rule = route_rule(
+            method.upper(), path, kwargs.get("openapi_extra")
+        )  # get_route_handler reads it
         super().__init__(path, endpoint, **kwargs)
         self.query_model = query_model_of(*_calls(self.dependant))
-        self.openapi_extra = operation_parameters(path, self.query_model, self.openapi_extra)
+        self.openapi_extra = documents_rule(
+            self.rule, operation_parameters(path, self.query_model, self.openapi_extra)
+        )
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        rule = self.rule
 
         async def parsed(request: Request) -> Response:
+            if rule is not None:
+                auth: Authenticator = request.app.state.auth
+                await auth.authorize(request, rule)
             request.scope[QUERY_KEY] = (self.query_model, self.query_model.collect(request, self.path))
             return await handler(request)
 
@@ -63,16 +91,25 @@ class PlainRoute(StarletteRoute):
     ExceptionMiddleware, which answers it with the app's handlers, as the wrapper would have here."""
 
     def __init__(
-        self, path: str, endpoint: Callable[..., Awaitable[Response]], *, methods: list[str], doc: APIRoute
+        self,
+        path: str,
+        endpoint: Callable[..., Awaitable[Response]],
+        *,
+        methods: list[str],
+        doc: APIRoute,
+        rule: str | None,
     ):
         super().__init__(path, endpoint, methods=methods, include_in_schema=False)
         model = self.query_model = query_model_of(endpoint)
         self.doc = doc
+        self.rule = rule
 
         if model.model_fields:
 
             async def serve(scope: Scope, receive: Receive, send: Send) -> None:
                 request = Request(scope, receive, send)
+                if rule is not None:
+                    await request.app.state.auth.authorize(request, rule)
                 response = await endpoint(request, model.parse(request, path))
                 await response(scope, receive, send)
 
@@ -80,6 +117,8 @@ class PlainRoute(StarletteRoute):
 
             async def serve(scope: Scope, receive: Receive, send: Send) -> None:
                 request = Request(scope, receive, send)
+                if rule is not None:
+                    await request.app.state.auth.authorize(request, rule)
                 if scope["query_string"]:
                     model.parse(request, path)  # refuses any parameter
                 response = await endpoint(request)
@@ -109,6 +148,7 @@ class Router(APIRouter):
 
         def declare(endpoint: E) -> E:
             model = query_model_of(endpoint)
+            rule = route_rule(method, path, openapi_extra)
             doc = APIRoute(
                 path,
                 _documents_only,
@@ -116,10 +156,10 @@ class Router(APIRouter):
                 name=endpoint.__name__,
                 tags=list(self.tags),
                 responses={**self.responses, **(responses or {})},
-                openapi_extra=operation_parameters(path, model, openapi_extra),
+                openapi_extra=documents_rule(rule, operation_parameters(path, model, openapi_extra)),
                 **operation,
             )
-            self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc))
+            self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc, rule=rule))
             return endpoint
 
         return declare

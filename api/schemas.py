@@ -152,6 +152,33 @@ class PurgeIn(_In):
     resource_types: list[Literal["messages", "subscriptions"]] | None = None
 
 
+class ShareIn(_In):
+    paths: list[Literal["messages", "subscriptions", "claims"]] | None = Field(
+        None,
+        min_length=1,
+        max_length=3,
+        description="What of the queue the URL may reach (and the resources under it). "
+        'Default: ["messages"].',
+    )
+    methods: list[Literal["GET", "HEAD", "OPTIONS", "POST", "PUT", "DELETE", "PATCH"]] | None = Field(
+        None, min_length=1, max_length=7, description='The HTTP methods it allows. Default: ["GET"].'
+    )
+    expires: str | None = Field(
+        None,
+        max_length=64,
+        description="When it stops working: an ISO 8601 time (UTC unless it names a zone), in the future and "
+        "at most CHARON_LIMITS__MAX_SHARE_SECONDS ahead. Default: a day from now.",
+    )
+
+
+class ShareOut(BaseModel):
+    paths: list[str] = Field(description="The signed paths, sorted.")
+    methods: list[str] = Field(description="The signed methods, sorted.")
+    project: str
+    expires: str = Field(description="YYYY-MM-DDTHH:MM:SS, UTC.")
+    signature: str = Field(description="HMAC-SHA256 of the above, hex.")
+
+
 class PatchOp(_In):
     op: Literal["add", "replace", "remove"]
     path: str = Field(

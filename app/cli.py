@@ -36,6 +36,13 @@ def serve(args: argparse.Namespace) -> int:
     # the embedded store.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     host, port = args.host or settings.host, args.port or settings.port
+    if settings.auth == "noauth" and not _is_loopback(host):
+        print(
+            f"charon: WARNING: serving on {host} with CHARON_AUTH=noauth: any caller can act in any project "
+            "by naming it in X-Project-ID. Use CHARON_AUTH=keystone (or trusted-proxy behind a gateway).",
+            file=sys.stderr,
+            flush=True,
+        )
     workers = args.workers or settings.workers
     options: dict[str, Any] = {
         "host": host,
@@ -53,6 +60,32 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def policy(_: argparse.Namespace) -> int:
+    """The default policy, as a policy file an operator starts from (every rule commented out, as
+    oslopolicy-sample-generator writes it)."""
+    from api.policy import rule_defaults
+
+    for rule in rule_defaults(Settings().admin_role):
+        description = getattr(rule, "description", None)
+        if description:
+            print(f"# {description}")
+        for operation in getattr(rule, "operations", ()):
+            print(f"# {operation['method']}  {operation['path']}")
+        print(f'#"{rule.name}": "{rule.check_str}"\n')
     return 0
 
 
@@ -75,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
     sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
+    sub.add_parser(
+        "policy", help="print the default policy rules (a policy file to start from)"
+    ).set_defaults(func=policy)
     from app import insights
 
     p = sub.add_parser("insights", help="why messages died: a PySpark job over dead letters (pipeline/)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -15,9 +16,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from api.auth import Authenticator, AuthMode
 from api.contract import refine
 from api.errors import register_error_handlers
 from api.head import HeadAsGet
+from api.keystone import TokenValidator
+from api.policy import Policy
 from api.routes import admin, claims, health, messages, queues, redrive
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
@@ -32,6 +36,8 @@ from storage.pooling.store import PooledStore
 from storage.registry import open_catalogue, open_store
 
 VERSION = "0.1.0"
+
+log = logging.getLogger("charon")
 
 
 @contextlib.contextmanager
@@ -61,6 +67,24 @@ def answer_long_polls_on_exit(polls: LongPolls) -> Iterator[None]:
         for sig, handler in previous.items():
             if signal.getsignal(sig) is on_exit:
                 signal.signal(sig, handler)
+
+
+def authenticator(settings: Settings, clock: Clock) -> Authenticator:
+    """How the app identifies callers and checks its policy rules (api/auth.py), from the settings."""
+    rules = Policy(settings.admin_role, settings.policy_file)
+    if rules.unknown_rules:
+        log.warning("the policy file names rules no operation checks: %s", ", ".join(rules.unknown_rules))
+    key = settings.signed_url_key.get_secret_value().encode() if settings.signed_url_key else None
+    validator = TokenValidator(settings.keystone) if settings.auth is AuthMode.KEYSTONE else None
+    return Authenticator(
+        settings.auth,
+        rules,
+        roles_header=settings.roles_header,
+        clock=clock,
+        validator=validator,
+        signing_key=key,
+        authenticate_uri=settings.keystone.www_authenticate_uri or settings.keystone.auth_url,
+    )
 
 
 def create_app(
@@ -138,6 +162,7 @@ def create_app(
     app.state.clock = clock
     app.state.defaults = defaults
     app.state.storage_check = health.StorageCheck()
+    app.state.auth = authenticator(settings, clock)
     app.state.redrive = RedriveRunner(
         lambda: app.state.store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)
     )

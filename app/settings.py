@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.auth import AuthMode
+from api.keystone import KeystoneSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
 from storage.base import DEFAULT_TIMEOUT_S
@@ -82,13 +84,46 @@ class Settings(BaseSettings):
         False,
         description="Serve the admin API (pools, flavors, detailed health) to callers with the admin role.",
     )
-    admin_role: str = Field("admin", description="The role that makes a caller an admin.")
+    admin_role: str = Field(
+        "admin", description="The role the default policy's admin rules ask for (Zaqar's `role:admin`)."
+    )
     roles_header: str = Field(
         "X-Roles",
-        description="The request header that carries the caller's roles, comma-separated, as Keystone's "
-        "auth middleware sets it. Trust it only behind a proxy or middleware that sets it and strips what "
-        "clients send.",
+        description="noauth and trusted-proxy modes: the request header that carries the caller's roles, "
+        "comma-separated, as Keystone's auth middleware sets it. Ignored with CHARON_AUTH=keystone (the "
+        "roles come from the token).",
     )
+    auth: AuthMode = Field(
+        AuthMode.NOAUTH,
+        description="How callers are identified: `noauth` (development: the project is X-Project-ID and "
+        "the roles X-Roles, as sent, so anyone can be anyone), `keystone` (a Keystone token in "
+        "X-Auth-Token; CHARON_KEYSTONE__*), `trusted-proxy` (a gateway in front, e.g. keystonemiddleware, "
+        "has authenticated the caller and sets X-Identity-Status: Confirmed, X-Project-ID, X-User-ID and "
+        "the roles header; only behind one that strips what clients send).",
+    )
+    keystone: KeystoneSettings = Field(
+        default_factory=KeystoneSettings,
+        description="With auth=keystone: Keystone's URL and the service user, e.g. "
+        "CHARON_KEYSTONE__AUTH_URL.",
+    )
+    policy_file: Path | None = Field(
+        None,
+        description="An oslo.policy YAML file whose rules replace the defaults of the same name (`charon "
+        "policy` prints them); read when the service starts.",
+    )
+    signed_url_key: SecretStr | None = Field(
+        None,
+        description="The secret key of pre-signed URLs (POST /v2/queues/{q}/share, HMAC-SHA256 as Zaqar's "
+        "signed_url.secret_key); every process of the service needs the same one. Unset: pre-signed URLs "
+        "are off.",
+    )
+
+    @field_validator("policy_file")
+    @classmethod
+    def _policy_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"the policy file {value} does not exist")
+        return value.resolve() if value is not None else None
 
     redrive_lease: float = Field(
         15.0,

@@ -4,7 +4,9 @@ CharonError
  ├── InvalidInput           400 "Invalid API request"
  │    ├── InvalidBody       400 "Invalid request body"
  │    └── InvalidQueueName  400 "Invalid queue identification"
+ ├── Unauthenticated        401 "Authentication required" (no valid credentials; says where to get them)
  ├── NotAuthorized          403 "Not authorized"
+ │    ├── PolicyDenied      403 (the policy rule that refused the call is named)
  │    └── ClaimMismatch     403 (a claimed message deleted without, or with another, claim id)
  │         └── NotAllDeleted 403 (a bulk delete with claim_ids left some: `not_deleted` says which, why)
  ├── NotFound               404 "Not found"
@@ -17,6 +19,7 @@ CharonError
  ├── StorageUnavailable     503 "Service temporarily unavailable"   (nothing was changed)
  │    └── OutcomeUnknown    503 (the store stopped answering after a write was sent: it may have happened)
  ├── ServiceBusy            503 (a bound of this process is reached, e.g. waiting claims; nothing was changed)
+ ├── IdentityUnavailable    503 (Keystone could not say who the caller is; nothing was done)
  └── StorageFull            507 "Insufficient storage"   (the store refuses writes; nothing was changed)
 
 The message of every instance is the description shown to the user: it says what to change.
@@ -40,6 +43,11 @@ class CharonError(Exception):
         """Fields the error body carries beside title and description."""
         return None
 
+    @property
+    def headers(self) -> dict[str, str] | None:
+        """Response headers the answer carries (e.g. a 401's WWW-Authenticate)."""
+        return None
+
 
 class InvalidInput(CharonError):
     status = 400
@@ -54,9 +62,38 @@ class InvalidQueueName(InvalidInput):
     title = "Invalid queue identification"
 
 
+class Unauthenticated(CharonError):
+    """No credentials, or credentials that are not (or no longer) valid: a missing, malformed, expired or
+    revoked token. `authenticate_uri`: where to get a token (WWW-Authenticate: Keystone uri=...)."""
+
+    status = 401
+    title = "Authentication required"
+
+    def __init__(self, message: str, authenticate_uri: str = "") -> None:
+        super().__init__(message)
+        self.authenticate_uri = authenticate_uri
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": f'Keystone uri="{self.authenticate_uri}"'}
+
+
 class NotAuthorized(CharonError):
     status = 403
     title = "Not authorized"
+
+
+class PolicyDenied(NotAuthorized):
+    """The policy rule of the operation refused the caller; `rule` names it (an operator's policy file can
+    change it)."""
+
+    def __init__(self, message: str, rule: str = "") -> None:
+        super().__init__(message)
+        self.rule = rule
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"rule": self.rule}
 
 
 class ClaimMismatch(NotAuthorized):
@@ -142,6 +179,18 @@ class ServiceBusy(CharonError):
 
     status = 503
     title = "Service temporarily unavailable"
+
+
+class IdentityUnavailable(CharonError):
+    """Keystone could not be asked who the caller is (unreachable, too slow, or refusing the service's own
+    credentials): the request is refused, never let through; nothing was done."""
+
+    status = 503
+    title = "Service temporarily unavailable"
+
+    @property
+    def description(self) -> str:
+        return f"{self} Nothing was done; please try again in a few seconds."
 
 
 class StorageFull(CharonError):

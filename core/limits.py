@@ -60,6 +60,12 @@ class Limits(BaseModel):
         ge=1,
         description="Most claims that wait at once (long polling) in one API process; beyond, 503.",
     )
+    max_share_seconds: int = Field(
+        2_592_000,
+        ge=60,
+        description="Longest a pre-signed URL may stay valid, seconds (30 days; Zaqar's default is 1 day, "
+        "which is also the default here).",
+    )
     max_messages_post_size: int = Field(262_144, description="Largest message POST body, bytes.")
     max_queue_metadata: int = Field(65_536, description="Largest queue metadata body, bytes.")
     max_json_depth: int = Field(

@@ -11,6 +11,7 @@ import orjson
 from fastapi import Depends, Request, Response
 from pydantic import Field
 
+from api.auth import sent_twice
 from api.deps import (
     CallDep,
     ClientIdDep,
@@ -24,7 +25,6 @@ from api.deps import (
     header_parameter,
     read_json,
     read_object,
-    sent_twice,
     validate_body,
 )
 from api.ids import ClaimIdParam, MessageIdDep, claim_ids, message_id, message_ids

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -24,9 +25,11 @@ from api.errors import JSON_PATCH
 from api.params import QUERY, QueryModel
 from api.render import json_response, stamp
 from api.routing import Router
-from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, StatsOut, json_body
+from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, ShareIn, ShareOut, StatsOut, json_body
+from api.signed import SignedGrant, format_expires
 from core.errors import (
     InvalidBody,
+    NotAuthorized,
     UnsupportedMediaType,
 )
 from core.limits import check_name, check_page_limit
@@ -209,3 +212,59 @@ async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: 
     if body.resource_types is None or "messages" in body.resource_types:
         await store.purge(q)
     return Response(status_code=204)
+
+
+@router.post(
+    "/v2/queues/{queue_name}/share",
+    response_model=ShareOut,
+    summary="Create a pre-signed URL for the queue (Zaqar's)",
+    description="The answer's fields are what a client sends, as headers, instead of a token: "
+    "`URL-Signature`, `URL-Expires`, `URL-Methods` and `URL-Paths` (comma-separated) and `X-Project-ID` "
+    "(the `project`). Such a request is allowed the signed methods on the signed paths of this queue (and "
+    "what is under them, e.g. one message) until it expires; anything else is 403. python-zaqarclient's "
+    "`signed-url` auth backend takes the answer as it is. 403 when the service has no "
+    "CHARON_SIGNED_URL_KEY.",
+    openapi_extra=json_body(ShareIn),
+    responses={403: {"model": ErrorOut}},
+)
+async def share_queue(q: QueueDep, clock: ClockDep, limits: LimitsDep, request: Request) -> Response:
+    key: bytes | None = request.app.state.auth.signing_key
+    if key is None:
+        raise NotAuthorized(
+            "Pre-signed URLs are off on this service (an operator turns them on with CHARON_SIGNED_URL_KEY)."
+        )
+    raw = await read_object(request, max_size=limits.max_queue_metadata, what="The share body")
+    body = validate_body(ShareIn, raw)
+    now = datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
+    expires = _expires(body.expires, now, limits.max_share_seconds)
+    base = f"/v2/queues/{q.name}/"
+    grant = SignedGrant(
+        paths=tuple(base + p for p in sorted(set(body.paths or ["messages"]))),
+        methods=tuple(sorted(set(body.methods or ["GET"]))),
+        project=q.project,
+        expires=format_expires(expires),
+    )
+    return json_response(grant.document(key))
+
+
+def _expires(sent: str | None, now: datetime, max_seconds: int) -> datetime:
+    if sent is None:
+        return now + timedelta(days=1)
+    try:
+        if sent.strip().lstrip("+-").isdigit():
+            raise ValueError
+        moment = datetime.fromisoformat(sent.strip())
+    except ValueError:
+        raise InvalidBody(
+            f"expires must be an ISO 8601 time such as 2026-01-01T00:00:00 (UTC); got {sent[:64]!r}."
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if moment.replace(microsecond=0) <= now:
+        raise InvalidBody(f"expires must be in the future; got {sent[:64]!r}.")
+    if moment > now + timedelta(seconds=max_seconds):
+        raise InvalidBody(
+            f"expires may be at most {max_seconds} seconds ahead (CHARON_LIMITS__MAX_SHARE_SECONDS); "
+            f"got {sent[:64]!r}."
+        )
+    return moment

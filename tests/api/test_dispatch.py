@@ -57,11 +57,13 @@ def _app_raising() -> FastAPI:
     router = Router()
     raised = {e.__name__: e for e in _domain_errors()} | {"RuntimeError": RuntimeError}
 
-    @router.get("/v2/test/fastapi/{error}")
+    unguarded = {"x-policy-rule": "home:get"}  # any caller
+
+    @router.get("/v2/test/fastapi/{error}", openapi_extra=unguarded)
     async def through_fastapi(request: Request) -> Response:
         raise raised[request.path_params["error"]]("what to change")
 
-    @router.plain("GET", "/v2/test/plain/{error}")
+    @router.plain("GET", "/v2/test/plain/{error}", openapi_extra=unguarded)
     async def through_starlette(request: Request) -> Response:
         raise raised[request.path_params["error"]]("what to change")
 

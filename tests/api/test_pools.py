@@ -84,9 +84,12 @@ def project_in(pool: str, pools: list[Pool]) -> str:
 async def test_admin_calls_need_the_admin_role(client: httpx.AsyncClient) -> None:
     r = await client.get("/v2/pools")
     assert r.status_code == 403
-    assert "'admin' role (X-Roles header)" in r.json()["description"]
+    assert r.json()["rule"] == "pools:get_all"
+    assert "'pools:get_all'" in r.json()["description"]
+    assert "role:admin" in r.json()["description"]
     r = await client.put("/v2/pools/x", json={"uri": "redis://x", "weight": 1}, headers={"X-Roles": "member"})
     assert r.status_code == 403
+    assert r.json()["rule"] == "pools:create"
     assert (await client.get("/v2/pools", headers=ADMIN)).json() == {"pools": [], "links": []}
 
 
