@@ -59,7 +59,12 @@ CLIENT_ID_SCHEMA: Schema = {"type": "string", "pattern": CLIENT_ID_PATTERN}
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 STATUS_TEXT = {
     400: "Bad input: the description names the field and the limit.",
-    403: "Not allowed: a claim that does not hold the message, or a call that needs the admin role.",
+    401: "No valid credentials (CHARON_AUTH=keystone: a missing, malformed, expired or revoked X-Auth-Token; "
+    "trusted-proxy: the gateway did not confirm the caller). WWW-Authenticate: Keystone uri=... says where to "
+    "get a token.",
+    403: "Not allowed: the operation's policy rule refused the caller (`rule` names it), a pre-signed URL that "
+    "does not allow this request, a token of another project than X-Project-ID, or a claim that does not hold "
+    "the message.",
     404: "No such message, claim, task, pool or flavor.",
     409: "Conflict: the description says with what.",
     413: "The body is larger than the limit the description names.",
@@ -71,16 +76,42 @@ STATUS_TEXT = {
 WRITES = frozenset({"put", "post", "patch", "delete"})
 
 
-def _headers() -> list[Schema]:
-    def header(name: str, schema: Schema, description: str) -> Schema:
-        return {"name": name, "in": "header", "required": True, "schema": schema, "description": description}
+def _headers(auth: str) -> list[Schema]:
+    def header(name: str, schema: Schema, description: str, required: bool = True) -> Schema:
+        return {
+            "name": name,
+            "in": "header",
+            "required": required,
+            "schema": schema,
+            "description": description,
+        }
 
+    project = "The project (tenant) the queue lives in; sent once, no comma."
+    if auth == "keystone":
+        project = (
+            "Optional: the project comes from the token; if sent, it must be the token's (403 otherwise)."
+        )
     return [
-        header(
-            "X-Project-ID", PROJECT_SCHEMA, "The project (tenant) the queue lives in; sent once, no comma."
-        ),
+        header("X-Project-ID", PROJECT_SCHEMA, project, required=auth != "keystone"),
         header("Client-ID", CLIENT_ID_SCHEMA, "A UUID that identifies the client (its own messages, echo)."),
     ]
+
+
+SECURITY_SCHEMES: dict[str, Schema] = {
+    "keystone": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Auth-Token",
+        "description": "A project-scoped Keystone token (CHARON_AUTH=keystone).",
+    },
+    "signedUrl": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "URL-Signature",
+        "description": "A pre-signed URL's signature, sent with URL-Expires, URL-Methods, URL-Paths and "
+        "X-Project-ID as POST /v2/queues/{queue_name}/share answered them.",
+    },
+}
 
 
 def _path_schema(name: str) -> Schema | None:
@@ -122,7 +153,7 @@ def _query_schema(path: str, method: str, name: str, limits: Limits) -> Schema |
     return schemas.get(name)
 
 
-def _parameters(path: str, method: str, operation: Schema, limits: Limits) -> None:
+def _parameters(path: str, method: str, operation: Schema, limits: Limits, auth: str) -> None:
     parameters: list[Schema] = operation.setdefault("parameters", [])
     for p in parameters:
         description = p.get("description") or p.get("schema", {}).get("description")
@@ -145,7 +176,7 @@ def _parameters(path: str, method: str, operation: Schema, limits: Limits) -> No
             assert schema is not None
             entry = {"name": "queue_name", "in": "path", "required": True, "schema": schema}
             parameters.insert(at, {**entry, "description": schema["description"]})
-        parameters.extend(_headers())
+        parameters.extend(_headers(auth))
 
 
 def _metadata_filters() -> Schema:
@@ -173,7 +204,7 @@ def _metadata_filters() -> Schema:
     }
 
 
-def _responses(path: str, method: str, operation: Schema) -> None:
+def _responses(path: str, method: str, operation: Schema, auth: str) -> None:
     responses: dict[str, Schema] = operation.setdefault("responses", {})
     for status in [k for k in responses if not isinstance(k, str)]:
         responses[str(status)] = responses.pop(status)
@@ -189,6 +220,10 @@ def _responses(path: str, method: str, operation: Schema) -> None:
     if path in ("/", "/v2"):
         return
     wanted = {400, 503}
+    if "x-policy-rule" in operation:
+        wanted.add(403)  # the policy rule (an operator's policy file may refuse anything)
+        if auth != "noauth":
+            wanted.add(401)
     if method in WRITES and path != "/v2/ping":
         wanted.add(507)
     if "requestBody" in operation:
@@ -298,13 +333,19 @@ def _links(paths: dict[str, Schema]) -> None:
 OPERATION_KEYS = ("tags", "summary", "description", "operationId", "parameters", "requestBody", "responses")
 
 
-def refine(schema: Schema, limits: Limits) -> None:
-    """Make FastAPI's `schema` the exact contract of a service with these `limits` (in place)."""
+def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
+    """Make FastAPI's `schema` the exact contract of a service with these `limits` and authentication mode
+    (CHARON_AUTH; in place)."""
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
-            _parameters(path, method, operation, limits)
-            _responses(path, method, operation)
+            _parameters(path, method, operation, limits, auth)
+            _responses(path, method, operation, auth)
+            if auth != "noauth" and "x-policy-rule" in operation:
+                schemes = ["keystone", "signedUrl"] if auth == "keystone" else ["signedUrl"]
+                operation["security"] = [{name: []} for name in schemes]
             first = [k for k in OPERATION_KEYS if k in operation]
             operations[method] = {k: operation[k] for k in first + [k for k in operation if k not in first]}
     _links(schema.get("paths", {}))
     _components(schema.setdefault("components", {}).setdefault("schemas", {}), limits)
+    schemes = SECURITY_SCHEMES if auth == "keystone" else {"signedUrl": SECURITY_SCHEMES["signedUrl"]}
+    schema["components"]["securitySchemes"] = schemes

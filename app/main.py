@@ -193,7 +193,7 @@ def create_app(
                 doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(doc.pop("$defs", {}))
                 components[model.__name__] = doc
-            refine(schema, settings.limits)
+            refine(schema, settings.limits, settings.auth.value)
             app.openapi_schema = schema
         return app.openapi_schema
 

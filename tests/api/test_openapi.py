@@ -28,6 +28,7 @@ def test_schema_documents_every_route_and_the_dead_letter_field() -> None:
 
 def test_readme_documents_every_setting() -> None:
     """README's configuration table has a row per setting with the default and description the code has."""
+    from api.keystone import KeystoneSettings
     from core.limits import Limits
 
     def shown(value: object) -> str:
@@ -37,10 +38,37 @@ def test_readme_documents_every_setting() -> None:
     rows = [
         f"| `CHARON_{name.upper()}` | `{shown(f.default)}` | {f.description} |"
         for name, f in Settings.model_fields.items()
-        if name != "limits"
+        if name not in ("limits", "keystone")
+    ]
+    rows += [
+        f"| `CHARON_KEYSTONE__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
+        for name, f in KeystoneSettings.model_fields.items()
     ]
     rows += [
         f"| `CHARON_LIMITS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
         for name, f in Limits.model_fields.items()
     ]
     assert [row for row in rows if row not in readme] == []
+
+
+def test_every_operation_in_openapi_yaml_is_guarded_by_a_registered_policy_rule() -> None:
+    """Each operation names its oslo.policy rule (x-policy-rule), the rule is one the service registers, and
+    every registered operation rule guards something; only the public ones (version document, ping) have
+    none."""
+    from api.policy import PUBLIC, rule_defaults
+
+    registered = {rule.name for rule in rule_defaults("admin")}
+    spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
+    named, unguarded = set(), []
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            rule = operation.get("x-policy-rule")
+            if rule is None:
+                unguarded.append((method.upper(), path))
+            else:
+                assert rule in registered, (method, path, rule)
+                named.add(rule)
+    assert set(unguarded) <= PUBLIC
+    assert {("GET", "/"), ("GET", "/v2/ping")} <= set(unguarded)
+    operation_rules = registered - {"context_is_admin", "admin_or_owner", "health:get_detailed"}
+    assert operation_rules - named == set()
