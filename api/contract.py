@@ -59,12 +59,12 @@ CLIENT_ID_SCHEMA: Schema = {"type": "string", "pattern": CLIENT_ID_PATTERN}
 ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 STATUS_TEXT = {
     400: "Bad input: the description names the field and the limit.",
-    401: "No valid credentials (CHARON_AUTH=keystone: a missing, malformed, expired or revoked X-Auth-Token; "
-    "trusted-proxy: the gateway did not confirm the caller). WWW-Authenticate: Keystone uri=... says where to "
-    "get a token.",
-    403: "Not allowed: the operation's policy rule refused the caller (`rule` names it), a pre-signed URL that "
-    "does not allow this request, a token of another project than X-Project-ID, or a claim that does not hold "
-    "the message.",
+    401: "No valid credentials (CHARON_AUTH=keystone: a missing, malformed, expired or revoked "
+    "X-Auth-Token; trusted-proxy: the gateway did not confirm the caller). WWW-Authenticate: Keystone "
+    "uri=... says where to get a token.",
+    403: "Not allowed: the operation's policy rule refused the caller (`rule` names it), a pre-signed URL "
+    "that does not allow this request, a token of another project than X-Project-ID, or a claim that does "
+    "not hold the message.",
     404: "No such message, claim, task, pool or flavor.",
     409: "Conflict: the description says with what.",
     413: "The body is larger than the limit the description names.",
@@ -347,5 +347,5 @@ def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
             operations[method] = {k: operation[k] for k in first + [k for k in operation if k not in first]}
     _links(schema.get("paths", {}))
     _components(schema.setdefault("components", {}).setdefault("schemas", {}), limits)
-    schemes = SECURITY_SCHEMES if auth == "keystone" else {"signedUrl": SECURITY_SCHEMES["signedUrl"]}
-    schema["components"]["securitySchemes"] = schemes
+    kept = SECURITY_SCHEMES if auth == "keystone" else {"signedUrl": SECURITY_SCHEMES["signedUrl"]}
+    schema["components"]["securitySchemes"] = kept

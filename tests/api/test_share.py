@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import UTC, datetime
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
