@@ -1,20 +1,20 @@
 """CHARON_AUTH=trusted-proxy behind the gateway it is meant for: keystonemiddleware's auth_token (the real
-one, validating tokens with the real Keystone of tests/keystone.py) in front of a live `charon serve`, driven by
-the unchanged python-zaqarclient with its keystone backend. The gateway removes the identity headers clients
-send and sets its own, which Charon then trusts."""
+one, validating tokens with the real Keystone of tests/keystone.py) in front of a live `charon serve`, driven
+by the unchanged python-zaqarclient with its keystone backend. The gateway removes the identity headers
+clients send and sets its own, which Charon then trusts."""
 
 from __future__ import annotations
 
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import httpx
 import pytest
 from keystonemiddleware import auth_token
-from socketserver import ThreadingMixIn
 from zaqarclient.queues.v2.client import Client
 from zaqarclient.transport import errors as zerrors
 
@@ -32,7 +32,7 @@ class ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 class Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
