@@ -42,6 +42,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import request_cost
 from bench.request_cost import POST
 
 CLIENT_ID = str(uuid.uuid4()).encode()
@@ -69,35 +70,9 @@ async def call(
     body: bytes = b"",
     query: bytes = b"",
 ) -> tuple[int, bytes]:
-    """One request through the app's ASGI callable (bench/request_cost.py's, with the mode's headers)."""
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "path": path,
-        "raw_path": path.encode(), "root_path": "", "scheme": "http", "query_string": query,
-        "headers": [
-            (b"host", b"charon"), (b"client-id", CLIENT_ID), *headers,
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8888), "state": {},
-    }  # fmt: skip
-    sent = False
-    status, chunks = 0, []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            await asyncio.sleep(3600)
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    return status, b"".join(chunks)
+    """One request through the app's ASGI callable (bench/request_cost.py's), with the mode's headers."""
+    sent = [(b"host", b"charon"), (b"client-id", CLIENT_ID), *headers, (b"content-type", b"application/json")]
+    return await request_cost.call(app, method, path, body, query, headers=sent)
 
 
 async def expect(

@@ -35,11 +35,20 @@ POST = json.dumps(
 ).encode()
 
 
-async def call(app: Any, method: str, path: str, body: bytes = b"", query: bytes = b"") -> tuple[int, bytes]:
+async def call(
+    app: Any,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    query: bytes = b"",
+    *,
+    headers: list[tuple[bytes, bytes]] = HEADERS,
+) -> tuple[int, bytes]:
+    """One request through the app's ASGI callable; its status and body."""
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "path": path,
         "raw_path": path.encode(), "root_path": "", "scheme": "http", "query_string": query,
-        "headers": [*HEADERS, (b"content-length", str(len(body)).encode())],
+        "headers": [*headers, (b"content-length", str(len(body)).encode())],
         "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8888), "state": {},
     }  # fmt: skip
     sent = False
