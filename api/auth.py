@@ -25,6 +25,7 @@ from enum import StrEnum
 
 from fastapi import Request
 
+from api.head import HEAD_KEY
 from api.keystone import TokenValidator
 from api.policy import Policy
 from api.signed import SignedGrant
@@ -133,8 +134,8 @@ class Authenticator:
 
     async def _keystone(self, sent: _Sent) -> Identity:
         assert self.validator is not None
-        token = sent.token
-        if token is None or not token.strip():
+        token = sent.token.strip(" \t") if sent.token is not None else None
+        if not token:
             raise Unauthenticated(
                 "This call needs an X-Auth-Token: get one from Keystone (openstack token issue).",
                 self.authenticate_uri,
@@ -144,7 +145,7 @@ class Authenticator:
                 f"The X-Auth-Token is malformed (at most {MAX_TOKEN_LEN} printable ASCII characters).",
                 self.authenticate_uri,
             )
-        info = await self.validator.validate(token.strip())
+        info = await self.validator.validate(token)
         if sent.project is not None and sent.project != info.project:
             raise NotAuthorized(
                 "The X-Project-ID header names another project than the token's. Leave it out (the project "
@@ -181,7 +182,8 @@ class Authenticator:
         grant, expires_ms = verified
         if expires_ms <= self._clock.now_ms():
             raise NotAuthorized(f"This pre-signed URL expired at {grant.expires} (UTC).")
-        method, path = request.scope["method"], request.scope["path"]
+        method = "HEAD" if request.scope.get(HEAD_KEY) else request.scope["method"]
+        path = request.scope["path"]
         if not grant.allows(method, path):
             raise NotAuthorized(
                 f"This pre-signed URL allows {', '.join(sorted(grant.methods))} on "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+HEAD_KEY = "charon.head"  # in the scope of a HEAD served by its GET route (a pre-signed URL checks it)
+
 
 class HeadAsGet:
     def __init__(self, app: ASGIApp) -> None:
@@ -21,4 +23,4 @@ class HeadAsGet:
             await send(message)
 
         # a copy: the server keeps its own view of the request as HEAD (and sends no body either)
-        await self.app({**scope, "method": "GET"}, receive, without_body)
+        await self.app({**scope, "method": "GET", HEAD_KEY: True}, receive, without_body)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 
@@ -24,6 +25,11 @@ from keystoneauth1.identity import v3
 from pydantic import BaseModel, Field, SecretStr
 
 from core.errors import IdentityUnavailable, NotAuthorized, Unauthenticated
+
+log = logging.getLogger("charon.keystone")
+INVALID_CACHE_SECONDS = 60  # how long a token Keystone refused is refused without asking again
+CREDENTIALS_RETRY_S = 10.0  # after Keystone refused the service user's password
+LOG_EVERY_S = 10.0  # Keystone failures are logged at most this often (one line, with how many since)
 
 
 class KeystoneSettings(BaseModel):
@@ -73,6 +79,11 @@ class TokenValidator:
     thread)."""
 
     def __init__(self, settings: KeystoneSettings) -> None:
+        if not settings.password.get_secret_value():
+            raise ValueError(
+                "CHARON_AUTH=keystone needs the service user's password in CHARON_KEYSTONE__PASSWORD (and "
+                "its CHARON_KEYSTONE__AUTH_URL, USERNAME, PROJECT_NAME)"
+            )
         self.settings = settings
         self.authenticate_uri = settings.www_authenticate_uri or settings.auth_url
         auth = v3.Password(
@@ -88,8 +99,19 @@ class TokenValidator:
         self._cache: cachetools.TLRUCache[bytes, TokenInfo] = cachetools.TLRUCache(
             settings.cache_size, ttu=self._until, timer=time.time
         )
+        # tokens Keystone refused (malformed, unknown, expired, revoked): a refusal cannot turn into a
+        # validation, so they are refused again without a call for a minute (keystonemiddleware caches
+        # invalid tokens too); bounded apart, so that junk tokens do not push valid ones out
+        self._refused: cachetools.TTLCache[bytes, str] = cachetools.TTLCache(
+            settings.cache_size, ttl=INVALID_CACHE_SECONDS, timer=time.monotonic
+        )
         self._pending: dict[bytes, asyncio.Future[TokenInfo]] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent)
+        self._failures = 0
+        self._logged_at = 0.0
+        # Keystone refused the service user's own password: not tried again for a while, so that a wrong
+        # password does not become a login attempt per request (and lock the account where Keystone locks)
+        self._credentials_refused_until = 0.0
 
     def _until(self, _key: bytes, info: TokenInfo, now: float) -> float:
         return min(info.expires, now + self.settings.cache_seconds)
@@ -99,15 +121,21 @@ class TokenValidator:
         info = self._cache.get(key)
         if info is not None:
             return info
+        refused = self._refused.get(key)
+        if refused is not None:
+            raise Unauthenticated(refused, self.authenticate_uri)
         pending = self._pending.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
         future: asyncio.Future[TokenInfo] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
-            async with self._slots:
-                info = await asyncio.to_thread(self._ask_keystone, token)
+            info = await self._ask_in_a_slot(token)
         except BaseException as exc:
+            if isinstance(exc, Unauthenticated):
+                self._refused[key] = str(exc)
+            elif isinstance(exc, IdentityUnavailable):
+                self._log_failure(exc)
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
             raise
@@ -119,12 +147,40 @@ class TokenValidator:
         finally:
             del self._pending[key]
 
+    async def _ask_in_a_slot(self, token: str) -> TokenInfo:
+        """Keystone's answer, from one of the `max_concurrent` slots; 503 when none frees up within the
+        timeout (a stalled Keystone must not queue requests for ever)."""
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.settings.timeout)
+        except TimeoutError:
+            raise IdentityUnavailable(
+                f"Keystone is answering too slowly: all {self.settings.max_concurrent} validations in flight "
+                f"stayed busy for {self.settings.timeout:g} s."
+            ) from None
+        try:
+            return await asyncio.to_thread(self._ask_keystone, token)
+        finally:
+            self._slots.release()
+
+    def _log_failure(self, exc: IdentityUnavailable) -> None:
+        self._failures += 1
+        now = time.monotonic()
+        if now - self._logged_at >= LOG_EVERY_S:
+            log.warning("token validation failed (%d since the last report): %s", self._failures, exc)
+            self._failures, self._logged_at = 0, now
+
     def _ask_keystone(self, token: str) -> TokenInfo:
+        if time.monotonic() < self._credentials_refused_until:
+            raise IdentityUnavailable(
+                "Keystone refused the service's own credentials a moment ago (CHARON_KEYSTONE__USERNAME, "
+                f"PASSWORD, PROJECT_NAME); they are tried again every {CREDENTIALS_RETRY_S:g} s."
+            )
         try:
             resp = self._session.get(
                 self._url, headers={"X-Subject-Token": token}, authenticated=True, raise_exc=False
             )
         except ks_exceptions.Unauthorized:
+            self._credentials_refused_until = time.monotonic() + CREDENTIALS_RETRY_S
             raise IdentityUnavailable(
                 "Keystone refused the service's own credentials (CHARON_KEYSTONE__USERNAME, PASSWORD, "
                 "PROJECT_NAME), so no token can be validated."

@@ -128,7 +128,24 @@ class Policy:
         self._enforcer = policy.Enforcer(conf, policy_file=str(policy_file) if policy_file else None)
         conf.set_override("policy_dirs", [], group="oslo_policy")
         self._enforcer.register_defaults(rule_defaults(admin_role))
-        self._enforcer.load_rules()
+        try:
+            self._enforcer.load_rules()
+            self._enforcer.check_rules(raise_on_violation=True)
+        except policy.InvalidDefinitionError as exc:
+            raise ValueError(
+                f"the policy file {policy_file} refers to rules it does not define: {exc}"
+            ) from None
+        except (ValueError, TypeError, AttributeError) as exc:  # YAML that is not a mapping of strings
+            raise ValueError(f"the policy file {policy_file} could not be read: {exc}") from None
+        broken = [
+            name
+            for name, rule in self._enforcer.file_rules.items()
+            if str(self._enforcer.rules[name]) == "!" and rule.check_str.strip() != "!"
+        ]
+        if broken:  # oslo.policy reads a rule it cannot parse as "deny everyone" and goes on
+            raise ValueError(
+                f"the policy file {policy_file} has rules that do not parse: {', '.join(broken)}"
+            )
         self._enforcer.use_conf = False
         self._decisions: dict[tuple[Any, ...], bool] = {}
         unknown = set(self._enforcer.file_rules) - set(self._enforcer.registered_rules)

@@ -160,8 +160,11 @@ class ShareIn(_In):
         description="What of the queue the URL may reach (and the resources under it). "
         'Default: ["messages"].',
     )
-    methods: list[Literal["GET", "HEAD", "OPTIONS", "POST", "PUT", "DELETE", "PATCH"]] | None = Field(
-        None, min_length=1, max_length=7, description='The HTTP methods it allows. Default: ["GET"].'
+    methods: list[Literal["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"]] | None = Field(
+        None,
+        min_length=1,
+        max_length=6,
+        description='The HTTP methods it allows (GET allows HEAD too). Default: ["GET"].',
     )
     expires: str | None = Field(
         None,
@@ -243,6 +246,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     RedriveIn,
     ClaimIn,
     PurgeIn,
+    ShareIn,
     PatchOp,
     PoolIn,
     PoolPatch,

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 EXPIRES_FORMAT = "%Y-%m-%dT%H:%M:%S"  # Zaqar's: UTC, no zone, no fraction
-SHARE_PATHS = ("messages", "subscriptions", "claims")  # what a queue's URL may be signed for (Zaqar's)
-SHARE_METHODS = ("GET", "HEAD", "OPTIONS", "POST", "PUT", "DELETE", "PATCH")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +49,10 @@ class SignedGrant:
         return hmac.compare_digest(self.signature(key).encode(), signature.encode("latin-1"))
 
     def allows(self, method: str, path: str) -> bool:
-        """`method` is signed, and `path` is a signed path or a resource under one (Zaqar lets a URL signed
-        for .../messages read .../messages/{id})."""
-        return method in self.methods and any(path == p or path.startswith(p + "/") for p in self.paths)
+        """`method` is signed (a HEAD is a GET without the body), and `path` is a signed path or a resource
+        under one (Zaqar lets a URL signed for .../messages read .../messages/{id})."""
+        signed = method in self.methods or (method == "HEAD" and "GET" in self.methods)
+        return signed and any(path == p or path.startswith(p + "/") for p in self.paths)
 
     def expires_at(self) -> datetime:
         return datetime.strptime(self.expires, EXPIRES_FORMAT).replace(tzinfo=UTC)

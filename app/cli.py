@@ -18,10 +18,20 @@ APP = "app.main:create_app"
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from app.embedded import EmbeddedRedis
+    from app.main import authenticator
+    from core.clock import SystemClock
 
-    settings = Settings()
+    try:
+        settings = Settings()
+        authenticator(
+            settings, SystemClock()
+        )  # the policy file and the auth settings, before anything starts
+    except (ValidationError, ValueError) as exc:
+        print(f"charon: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
     embedded = None
     if settings.store_uri() is None:
         # Started here, once, so that every worker process shares the one embedded store.
@@ -61,6 +71,17 @@ def serve(args: argparse.Namespace) -> int:
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+def _one_line(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"CHARON_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+    return str(exc)
 
 
 def _is_loopback(host: str) -> bool:

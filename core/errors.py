@@ -192,6 +192,10 @@ class IdentityUnavailable(CharonError):
     def description(self) -> str:
         return f"{self} Nothing was done; please try again in a few seconds."
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "5"}
+
 
 class StorageFull(CharonError):
     """The store refuses writes (Redis at maxmemory with noeviction, a disk out of space); reads, claims and

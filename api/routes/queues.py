@@ -228,15 +228,15 @@ async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: 
     responses={403: {"model": ErrorOut}},
 )
 async def share_queue(q: QueueDep, clock: ClockDep, limits: LimitsDep, request: Request) -> Response:
+    raw = await read_object(request, max_size=limits.max_queue_metadata, what="The share body")
+    body = validate_body(ShareIn, raw)
+    now = datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
+    expires = _expires(body.expires, now, limits.max_share_seconds)
     key: bytes | None = request.app.state.auth.signing_key
     if key is None:
         raise NotAuthorized(
             "Pre-signed URLs are off on this service (an operator turns them on with CHARON_SIGNED_URL_KEY)."
         )
-    raw = await read_object(request, max_size=limits.max_queue_metadata, what="The share body")
-    body = validate_body(ShareIn, raw)
-    now = datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
-    expires = _expires(body.expires, now, limits.max_share_seconds)
     base = f"/v2/queues/{q.name}/"
     grant = SignedGrant(
         paths=tuple(base + p for p in sorted(set(body.paths or ["messages"]))),

@@ -3,6 +3,8 @@ default policy rule by rule, trusted-proxy mode, an operator's policy file."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +16,7 @@ import yaml
 from api.auth import AuthMode
 from api.keystone import KeystoneSettings
 from api.policy import ADMIN, RULES
-from app.main import create_app
+from app.main import authenticator, create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from core.models import QueueRef
@@ -164,6 +166,11 @@ async def test_keystone_unreachable_is_503_never_allowed(
         r = await api.get("/v2/queues", headers=alice)
         assert r.status_code == 503
         assert "service's own credentials" in r.json()["description"]
+        assert r.headers["Retry-After"] == "5"
+        # not a login attempt a request (a Keystone with lockout would lock the service user)
+        r = await api.get("/v2/queues", headers=token(keystone, "bob", "beta"))
+        assert r.status_code == 503
+        assert "refused the service's own credentials a moment ago" in r.json()["description"]
     stats = await redis_store.stats(QueueRef(keystone.project_ids["alpha"], "q"))
     assert stats.total == 0  # nothing was posted
 
@@ -270,3 +277,47 @@ async def test_trusted_proxy_takes_the_gateways_headers_only_when_it_confirmed(
         request = api.build_request("GET", "/v2/queues", headers=confirmed)
         request.headers = httpx.Headers([*request.headers.multi_items(), ("X-Identity-Status", "Confirmed")])
         assert (await api.send(request)).status_code == 400
+
+
+async def test_a_stalled_keystone_does_not_queue_requests_for_ever(
+    keystone: KeystoneServer, redis_store: RedisStore, clock: ManualClock
+) -> None:
+    """Keystone accepts connections and never answers: each validation gives up after the timeout, and a
+    request that finds every validation slot busy for that long is answered 503 too (not queued)."""
+    stalled = socket.socket()
+    stalled.bind(("127.0.0.1", 0))
+    stalled.listen(16)  # connections are accepted by the kernel, never answered
+    url = f"http://127.0.0.1:{stalled.getsockname()[1]}/v3"
+    try:
+        settings = keystone_settings(keystone, auth_url=url, timeout=1, max_concurrent=1)
+        async with await serve(settings, redis_store, clock) as api:
+            calls = [api.get("/v2/queues", headers={"X-Auth-Token": f"gAAAA{n}"}) for n in range(4)]
+            answers = await asyncio.gather(*calls)
+    finally:
+        stalled.close()
+    assert [r.status_code for r in answers] == [503] * 4
+    busy = [r for r in answers if "validations in flight stayed busy for 1 s" in r.json()["description"]]
+    assert len(busy) >= 2
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('"queues:purge": "role:admin or or"', "do not parse: queues:purge"),
+        ('"queues:purge": "rule:nonexistent"', "refers to rules it does not define"),
+        ("- a list", "could not be read"),
+        ('"a": [', "could not be read"),
+    ],
+    ids=["unparsable", "undefined", "list", "yaml"],
+)
+def test_a_broken_policy_file_stops_the_service_at_start(tmp_path: Path, text: str, why: str) -> None:
+    """oslo.policy would read a rule it cannot parse as "deny everyone" and go on."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text)
+    with pytest.raises(ValueError, match=why):
+        authenticator(Settings(policy_file=policy), ManualClock())
+
+
+def test_keystone_mode_without_the_service_password_does_not_start() -> None:
+    with pytest.raises(ValueError, match="CHARON_KEYSTONE__PASSWORD"):
+        authenticator(Settings(auth=AuthMode.KEYSTONE), ManualClock())

@@ -140,6 +140,7 @@ async def test_a_signed_url_stops_working_when_it_expires(
         ({"paths": ["queues"]}, "paths.0"),
         ({"paths": []}, "paths"),
         ({"methods": ["FETCH"]}, "methods.0"),
+        ({"methods": ["OPTIONS"]}, "methods.0"),
         ({"methods": "GET"}, "methods"),
         ({"expires": 1893456000}, "expires"),
         ({"expires": "1893456000"}, "expires"),
@@ -169,3 +170,11 @@ async def test_without_a_key_there_are_no_signed_urls(store: Store, clock: Manua
         assert r.status_code == 403
         assert "CHARON_SIGNED_URL_KEY" in r.json()["description"]
     await app.state.long_polls.aclose()
+
+
+async def test_head_is_signed_as_head_or_by_get(client: httpx.AsyncClient, bare: httpx.AsyncClient) -> None:
+    head_only = await share(client, methods=["HEAD"])
+    assert (await bare.head("/v2/queues/jobs/messages", headers=signed(head_only))).status_code in (200, 204)
+    assert (await bare.get("/v2/queues/jobs/messages", headers=signed(head_only))).status_code == 403
+    get = await share(client, methods=["GET"])
+    assert (await bare.head("/v2/queues/jobs/messages", headers=signed(get))).status_code in (200, 204)
