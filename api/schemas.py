@@ -169,6 +169,7 @@ class ShareIn(_In):
     expires: str | None = Field(
         None,
         max_length=64,
+        json_schema_extra={"format": "date-time"},
         description="When it stops working: an ISO 8601 time (UTC unless it names a zone), in the future and "
         "at most CHARON_LIMITS__MAX_SHARE_SECONDS ahead. Default: a day from now.",
     )
