@@ -19,7 +19,6 @@ replacing the client's must not let the client's win.
 
 from __future__ import annotations
 
-import binascii
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -49,7 +48,6 @@ class Identity:
     roles: tuple[str, ...]
     user: str | None
     client: str | None  # the Client-ID header, as sent (checked where a route needs it)
-    via: str  # the mode, or "signed-url"
 
 
 @dataclass(slots=True)
@@ -98,7 +96,7 @@ class Authenticator:
         self.policy = policy
         self.validator = validator
         self.signing_key = signing_key
-        self.authenticate_uri = validator.authenticate_uri if validator else authenticate_uri
+        self.authenticate_uri = authenticate_uri
         self._clock = clock
         self._headers = {**_HEADERS, roles_header.lower().encode("latin-1"): ("roles", roles_header)}
         # verified pre-signed URLs: (signature, expires, methods, paths, project) -> (grant, expires in ms);
@@ -121,7 +119,7 @@ class Authenticator:
         if sent.signature is not None:
             return self._signed(request, sent)
         if self.mode is AuthMode.NOAUTH:
-            return Identity(sent.project, _roles(sent.roles), None, sent.client, "noauth")
+            return Identity(sent.project, _roles(sent.roles), None, sent.client)
         if self.mode is AuthMode.TRUSTED_PROXY:
             if sent.status is None or sent.status.strip().lower() != "confirmed":
                 raise Unauthenticated(
@@ -129,7 +127,7 @@ class Authenticator:
                     "(X-Identity-Status: Confirmed); send a valid X-Auth-Token.",
                     self.authenticate_uri,
                 )
-            return Identity(sent.project, _roles(sent.roles), sent.user, sent.client, "trusted-proxy")
+            return Identity(sent.project, _roles(sent.roles), sent.user, sent.client)
         return await self._keystone(sent)
 
     async def _keystone(self, sent: _Sent) -> Identity:
@@ -151,7 +149,7 @@ class Authenticator:
                 "The X-Project-ID header names another project than the token's. Leave it out (the project "
                 "comes from the token) or send the token's own project."
             )
-        return Identity(info.project, info.roles, info.user, sent.client, "keystone")
+        return Identity(info.project, info.roles, info.user, sent.client)
 
     def _signed(self, request: Request, sent: _Sent) -> Identity:
         signature = sent.signature or ""
@@ -189,7 +187,7 @@ class Authenticator:
                 f"This pre-signed URL allows {', '.join(sorted(grant.methods))} on "
                 f"{', '.join(sorted(grant.paths))} (and what is under them) only; not {method} {path[:200]}."
             )
-        return Identity(grant.project, (), None, sent.client, "signed-url")
+        return Identity(grant.project, (), None, sent.client)
 
     def _verify(
         self, signature: str, expires: str, methods: str, paths: str, project: str
@@ -202,7 +200,7 @@ class Authenticator:
             project=project,
             expires=expires.strip(),
         )
-        if not _is_hex(signature) or not grant.verifies(self.signing_key, signature.strip()):
+        if not grant.verifies(self.signing_key, signature.strip()):
             raise NotAuthorized(
                 "The URL-Signature does not match the URL-Paths, URL-Methods, URL-Expires and X-Project-ID "
                 "sent with it: use them exactly as the share call answered."
@@ -240,11 +238,3 @@ def _roles(header: str | None) -> tuple[str, ...]:
     if not header:
         return ()
     return tuple(sorted({r.strip().lower() for r in header.split(",") if r.strip()}))
-
-
-def _is_hex(text: str) -> bool:
-    try:
-        binascii.unhexlify(text.strip())
-    except (binascii.Error, ValueError):
-        return False
-    return True

@@ -63,6 +63,11 @@ class KeystoneSettings(BaseModel):
         8, ge=1, le=64, description="Validations in flight at once per process (each holds a thread)."
     )
 
+    @property
+    def authenticate_uri(self) -> str:
+        """Where a 401 sends clients for a token."""
+        return self.www_authenticate_uri or self.auth_url
+
 
 @dataclass(frozen=True, slots=True)
 class TokenInfo:
@@ -85,7 +90,7 @@ class TokenValidator:
                 "its CHARON_KEYSTONE__AUTH_URL, USERNAME, PROJECT_NAME)"
             )
         self.settings = settings
-        self.authenticate_uri = settings.www_authenticate_uri or settings.auth_url
+        self.authenticate_uri = settings.authenticate_uri
         auth = v3.Password(
             auth_url=settings.auth_url,
             username=settings.username,
@@ -217,6 +222,3 @@ class TokenValidator:
             user=info.user_id,
             expires=expires.timestamp() if expires else time.time(),
         )
-
-    def close(self) -> None:
-        self._session.session.close()

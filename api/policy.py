@@ -102,12 +102,11 @@ def rule_defaults(admin_role: str) -> list[policy.RuleDefault]:
 
 
 def rule_for(method: str, path: str) -> str | None:
-    """The rule guarding a route; None for a public one. A route with neither is a programming error."""
+    """The rule guarding a route (the first of RULES naming its operation); None for a public one. A route
+    with neither is a programming error."""
     path = path.rstrip("/") or "/"  # /v2/ is /v2
     if (method, path) in PUBLIC:
         return None
-    if (method, path) == ("GET", "/v2/health"):
-        return "health:get"
     for name, _check, m, p, _description in RULES:
         if (m, p) == (method, path):
             return name

@@ -83,7 +83,7 @@ def authenticator(settings: Settings, clock: Clock) -> Authenticator:
         clock=clock,
         validator=validator,
         signing_key=key,
-        authenticate_uri=settings.keystone.www_authenticate_uri or settings.keystone.auth_url,
+        authenticate_uri=settings.keystone.authenticate_uri,
     )
 
 
@@ -157,7 +157,6 @@ def create_app(
     )
     app.state.settings = settings
     app.state.limits = settings.limits
-    app.state.roles_header = settings.roles_header.lower().encode("latin-1")  # as ASGI gives header names
     app.state.provenance = settings.provenance
     app.state.clock = clock
     app.state.defaults = defaults
