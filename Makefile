@@ -13,16 +13,22 @@ KEYSTONE   ?= keystone==30.0.0
 
 install: $(STAMP) $(KS_STAMP)
 
-# redis-server (the embedded default store and the tests' server) comes from Debian's package.
-system-deps:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+# $(call apt-package,PACKAGE,CHECK,ALTERNATIVE): when the shell command CHECK fails, install Debian's PACKAGE
+# with apt-get as root; otherwise say how, and ALTERNATIVE, and fail.
+define apt-package
+	@if ! $(2) >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	    echo "installing $(1) (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
 	  else \
-	    echo "redis-server is missing: run 'sudo apt-get install redis-server' (or your system's package)"; exit 1; \
+	    echo "$(1) is missing: run 'sudo apt-get install $(1)' ($(3))"; exit 1; \
 	  fi; \
 	fi
+endef
+
+# redis-server (the embedded default store and the tests' server) comes from Debian's package.
+system-deps:
+	$(call apt-package,redis-server,command -v redis-server,or your system's package)
 
 # Java 17+ for Spark 4 (charon insights and its tests): openjdk-17-jre-headless via apt when root; otherwise a
 # clear note (the service itself runs without it; `charon insights` says the same when it starts).
@@ -57,14 +63,7 @@ run: $(STAMP)
 # Charon against OpenStack Zaqar 23.0.1 (its own virtualenv under .bench/, made on first use) and a private
 # RabbitMQ (Debian's rabbitmq-server, installed via apt-get when root): bench/README.md
 bench: install
-	@if ! ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing rabbitmq-server (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null; \
-	  else \
-	    echo "rabbitmq-server is missing: run 'sudo apt-get install rabbitmq-server' (or make bench BENCH_ARGS='--peers zaqar')"; exit 1; \
-	  fi; \
-	fi
+	$(call apt-package,rabbitmq-server,ls /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin/rabbitmq-server,or make bench BENCH_ARGS='--peers zaqar')
 	$(BIN)/python -m bench.compare $(BENCH_ARGS)
 
 lint: install
