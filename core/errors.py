@@ -125,9 +125,17 @@ class ClaimNotFound(NotFound):
     pass
 
 
+class SubscriptionNotFound(NotFound):
+    pass
+
+
 class Conflict(CharonError):
     status = 409
     title = "Resource conflict"
+
+
+class SubscriptionExists(Conflict):
+    """Subscriptions are unique by project, queue and subscriber URI (Zaqar's rule)."""
 
 
 class MetadataChanged(Conflict):

@@ -24,6 +24,8 @@ _ID_RE = re.compile(r"[0-9a-f]{32}")
 MAX_JSON_DEPTH = 200  # the most max_json_depth may be set to: well inside the 254 levels orjson writes
 MIN_TIME_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
 MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+# Largest subscription ttl: now + ttl stays below MAX_TIME_MS for the next 5,000 years.
+MAX_SUBSCRIPTION_TTL = 250_000_000_000
 
 
 class Limits(BaseModel):
@@ -65,6 +67,28 @@ class Limits(BaseModel):
         ge=60,
         description="Longest a pre-signed URL may stay valid, seconds (30 days; Zaqar's default is 1 day, "
         "which is also the default here).",
+    )
+    min_subscription_ttl: int = Field(60, ge=1, description="Smallest subscription ttl, seconds (Zaqar's).")
+    max_subscription_ttl: int = Field(
+        MAX_SUBSCRIPTION_TTL,
+        ge=60,
+        le=MAX_SUBSCRIPTION_TTL,
+        description="Largest subscription ttl, seconds: by default about 7,900 years, above Heat's "
+        "`OS::Zaqar::Subscription` default (220,367,260,800, 'never expire'), and the most allowed.",
+    )
+    default_subscription_ttl: int = Field(3600, description="Subscription ttl when a subscription has none.")
+    max_subscriptions_per_queue: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Most subscriptions a queue may have (each posted message makes one notification for "
+        "each); at most 1,000.",
+    )
+    max_subscriber_length: int = Field(
+        2048, ge=16, le=8192, description="Longest subscriber URI, characters (at most 8,192)."
+    )
+    max_subscription_options: int = Field(
+        65_536, ge=1024, description="Largest subscription `options` object, bytes of JSON."
     )
     max_messages_post_size: int = Field(262_144, description="Largest message POST body, bytes.")
     max_queue_metadata: int = Field(65_536, description="Largest queue metadata body, bytes.")

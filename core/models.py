@@ -142,6 +142,9 @@ class QueueStats:
     dead_lettered: int = 0
     discarded: int = 0
     dead_letters_received: int = 0
+    # dead_lettered split by DeadLetterReason (the keys present are those counted at least once)
+    dead_lettered_by_reason: dict[str, int] = field(default_factory=dict)
+    redriven: int = 0  # messages a redrive moved out of this queue (as a DLQ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,3 +214,42 @@ class RedriveTask:
     moved: int = 0
     skipped: int = 0  # matched but claimed, or without a source queue to go back to
     owner: str = ""  # the runner holding the task's lease
+
+
+SubscriptionId = NewType("SubscriptionId", str)
+DeliveryKind = Literal["notification", "confirmation", "unsubscribed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A Zaqar subscription: `subscriber` (an http(s):// or mailto: URI) is told of every message posted to
+    (or dead-lettered into) queue `queue` until `expires_ms`. `options` is the client's object as given
+    (post_data, post_headers, _retry_policy, ...). An unconfirmed one (confirmation required and not yet
+    given) is told nothing but its confirmation request."""
+
+    id: SubscriptionId
+    queue: str
+    subscriber: str
+    ttl: int
+    options: dict[str, Any]
+    created_ms: int
+    expires_ms: int
+    confirmed: bool
+
+    def age(self, now_ms: int) -> int:
+        return max(0, (now_ms - self.created_ms) // 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One notification owed to one subscription (the outbox), leased to a notifier by
+    Store.lease_deliveries. `message` is the message as it was posted or dead-lettered (its provenance with
+    it), None for a confirmation request; `attempts` counts the failed tries so far."""
+
+    id: str
+    project: str
+    subscription: Subscription
+    kind: DeliveryKind
+    message: Message | None
+    attempts: int
+    created_ms: int

@@ -19,6 +19,7 @@ from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Delivery,
     Idempotency,
     Message,
     MessageId,
@@ -31,6 +32,8 @@ from core.models import (
     RedriveSpec,
     RedriveTask,
     Rejection,
+    Subscription,
+    SubscriptionId,
     TaskId,
 )
 
@@ -257,7 +260,82 @@ class RedriveStore(Protocol):
         Returns the task as it is now (unchanged when `owner` does not hold it)."""
 
 
-class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, Protocol):
+class SubscriptionStore(Protocol):
+    """Zaqar's subscriptions, and the outbox of notifications owed to them.
+
+    Notifications are written in the same atomic step as what causes them: `post_messages` writes one
+    delivery for every message and every live confirmed subscription of the queue, and every dead-letter
+    move (a claim, a release, the sweeper, a reject) writes one for every live confirmed subscription of the
+    DLQ, the message's provenance with it. A delivery then lives until a notifier finishes it, so no crash
+    or restart loses one; a notifier that dies holding a lease leaves it to another once the lease ends
+    (at least once). A subscription that is deleted or expires drops what it is still owed."""
+
+    async def create_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str,
+        ttl: int,
+        options: dict[str, Any],
+        confirmed: bool,
+        max_per_queue: int,
+    ) -> tuple[Subscription, bool]:
+        """Subscribe `subscriber` to `q` (creating the queue when absent) until now + ttl; True when created.
+
+        A live subscription of `q` with the same subscriber is returned as it is with False, and nothing is
+        written, except that an unconfirmed one is owed a confirmation request again. A new one that is not
+        `confirmed` is owed a confirmation request (kind "confirmation"), written with it.
+
+        Raises:
+            Conflict: `q` has `max_per_queue` live subscriptions already.
+        """
+
+    async def get_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> Subscription:
+        """Raises SubscriptionNotFound (also once expired)."""
+
+    async def list_subscriptions(self, q: QueueRef, *, marker: str | None, limit: int) -> Page[Subscription]:
+        """Live subscriptions of `q` in id order after `marker` (an id)."""
+
+    async def update_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str | None = None,
+        ttl: int | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Change what is given (a new ttl counts from now). Raises SubscriptionNotFound, and
+        SubscriptionExists when another live subscription of `q` has `subscriber`."""
+
+    async def confirm_subscription(
+        self, q: QueueRef, subscription_id: SubscriptionId, *, confirmed: bool
+    ) -> None:
+        """Set whether it is confirmed; confirmed False (unsubscribing) also owes it a delivery of kind
+        "unsubscribed" (telling it how to subscribe again). Raises SubscriptionNotFound."""
+
+    async def delete_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> None:
+        """Delete it and what it is owed; deleting a missing one is not an error."""
+
+    async def purge_subscriptions(self, q: QueueRef) -> None:
+        """Delete every subscription of `q` (and what they are owed). delete_queue does this too."""
+
+    async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
+        """Take up to `limit` deliveries that are due (in every project; oldest due first within a
+        project) for `lease_ms`: none is leased to two owners at once while its lease runs. Deliveries
+        whose subscription is gone or expired are deleted here instead of returned."""
+
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+        """End a leased delivery: None deletes it (delivered, or given up); otherwise it is due again at
+        `retry_at_ms` with attempts + 1. Finishing one that is gone is not an error."""
+
+    async def outbox_stats(self) -> tuple[int, int | None]:
+        """(deliveries waiting in every project, due time in ms of the earliest one or None): the
+        notifier's backlog and lag."""
+
+
+class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, SubscriptionStore, Protocol):
     async def sweep(self, *, lease_ms: int = 0) -> int | None:
         """Bring every queue whose next claim or message expiry has come up to now, in every project.
 
