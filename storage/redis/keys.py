@@ -28,6 +28,13 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix c:<claim id>          HASH  ClaimField;   prefix c:<claim id>:m  LIST of the message ids it took
   prefix t:<task id>           HASH  TaskField: a redrive task
   prefix tasks:<name>          ZSET  task id -> created ms: the redrive tasks of DLQ `name`
+  prefix q:<name>:subs         ZSET  subscription ids of the queue (score 0, listed by lex order)
+  prefix q:<name>:subscribers  HASH  subscriber URI -> subscription id (unique per queue)
+  prefix q:<name>:notify       ZSET  subscription id -> expiry ms: the confirmed ones (told of each message)
+  prefix s:<subscription id>   HASH  SubscriptionField
+  prefix outbox                ZSET  delivery id -> ms it is due (a leased one: when its lease ends)
+  prefix outbox:seq            STRING the delivery id counter
+  prefix d:<delivery id>       HASH  DeliveryField, and for a notification the message's MessageField copy
 
 Invariant: a live message id is in msgs, in expiry, and in exactly one of ready / delayed / claimed.
 """
@@ -41,7 +48,16 @@ from typing import Any
 
 import orjson
 
-from core.models import ClaimId, DeadLetter, Message, MessageId, QueueRef, Rejection
+from core.models import (
+    ClaimId,
+    DeadLetter,
+    Message,
+    MessageId,
+    QueueRef,
+    Rejection,
+    Subscription,
+    SubscriptionId,
+)
 
 KEY_LAYOUT_VERSION = 1
 
@@ -66,8 +82,12 @@ class QueueField(StrEnum):
     MAX_TTL = "maxttl"
     # counters
     DEAD_LETTERED = "n_dl"  # moved out to the DLQ
+    DEAD_LETTERED_MAX_CLAIMS = "n_dl_mc"  # ... of them for each reason (lib.lua DL_COUNTERS)
+    DEAD_LETTERED_EXPIRED = "n_dl_exp"
+    DEAD_LETTERED_REJECTED = "n_dl_rej"
     DISCARDED = "n_disc"
     RECEIVED = "n_rcv"  # dead letters received (as a DLQ)
+    REDRIVEN = "n_rd"  # moved out by a redrive (as a DLQ)
 
 
 # lib.lua write_metadata's POLICY_FIELDS, in order
@@ -142,6 +162,28 @@ class TaskField(StrEnum):
     LIMIT = "limit"
 
 
+class SubscriptionField(StrEnum):
+    QUEUE = "q"
+    SUBSCRIBER = "s"
+    TTL = "t"
+    OPTIONS = "o"  # JSON
+    CREATED = "cr"
+    EXPIRES = "e"
+    CONFIRMED = "c"  # '1' or '0'
+
+
+class DeliveryField(StrEnum):
+    """A delivery's own fields; a notification's hash also holds its message's MessageField copy, whose
+    names never start with '_'."""
+
+    KIND = "_k"
+    SUBSCRIPTION = "_s"
+    QUEUE = "_q"
+    ATTEMPTS = "_a"
+    CREATED = "_cr"
+    MESSAGE = "_m"  # the message id (notifications only)
+
+
 class IdempotencyField(StrEnum):
     FINGERPRINT = "fp"
     IDS = "ids"
@@ -176,6 +218,22 @@ def tasks_key(namespace: str) -> str:
     """ZSET of running redrive tasks, as JSON [project, queue, task id] -> when their runner's lease ends
     (0: not taken yet). An index only: each task's own hash is the truth."""
     return f"{namespace}:tasks"
+
+
+def outbox_touched_key(namespace: str) -> str:
+    """SET of projects some script owed deliveries since the notifier last took the set."""
+    return f"{namespace}:outbox-touched"
+
+
+def outbox_due_key(namespace: str) -> str:
+    """ZSET project -> the earliest due time of its outbox as a notifier last saw it (a hint: each project's
+    `outbox` is the truth; a full scan repairs it)."""
+    return f"{namespace}:outbox-due"
+
+
+def outbox_scan_key(namespace: str) -> str:
+    """STRING held while the notifiers' periodic full scan of every project's outbox is not due again."""
+    return f"{namespace}:outbox-full-scan"
 
 
 def sweeper_lease_key(namespace: str) -> str:
@@ -241,6 +299,20 @@ class ProjectKeys:
         """ZSET task id -> created ms: the redrive tasks of DLQ `name`."""
         return f"{self.prefix}tasks:{name}"
 
+    def subscription(self, subscription_id: str) -> str:
+        return f"{self.prefix}s:{subscription_id}"
+
+    def delivery(self, delivery_id: str) -> str:
+        return f"{self.prefix}d:{delivery_id}"
+
+    @property
+    def outbox(self) -> str:
+        return f"{self.prefix}outbox"
+
+    @property
+    def outbox_seq(self) -> str:
+        return f"{self.prefix}outbox:seq"
+
 
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
@@ -268,6 +340,18 @@ class QueueKeys:
     def wake_channel(self) -> str:
         """The pub/sub channel lib.lua's publish_wakes() tells the waiting long polls on."""
         return f"{self.queue}:wake"
+
+    @property
+    def subscriptions(self) -> str:
+        return f"{self.queue}:subs"
+
+    @property
+    def subscribers(self) -> str:
+        return f"{self.queue}:subscribers"
+
+    @property
+    def notify(self) -> str:
+        return f"{self.queue}:notify"
 
     def idempotency(self, key: str) -> str:
         """HASH IdempotencyField: an Idempotency-Key's record (post_messages.lua)."""
@@ -344,4 +428,21 @@ def message_of(message_id: str, f: Mapping[str, Any]) -> Message:
         client_id=f[_CL],
         dead_letter=dead_letter_of(f),
         dead_letter_eligible=f.get(_NE) != "1",
+    )
+
+
+_SQ, _SS, _ST, _SO, _SCR, _SE, _SC = (f.value for f in SubscriptionField)
+
+
+def subscription_of(subscription_id: str, f: Mapping[str, Any]) -> Subscription:
+    """A subscription from its hash (str fields and values)."""
+    return Subscription(
+        id=SubscriptionId(subscription_id),
+        queue=f[_SQ],
+        subscriber=f[_SS],
+        ttl=int(f[_ST]),
+        options=orjson.loads(f[_SO]),
+        created_ms=int(f[_SCR]),
+        expires_ms=int(f[_SE]),
+        confirmed=f[_SC] == "1",
     )

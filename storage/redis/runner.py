@@ -48,6 +48,9 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     "CHARON_NO_DLQ": errors.Conflict,
     "CHARON_NO_TASK": errors.NotFound,
     "CHARON_IDEMPOTENCY": errors.IdempotencyKeyReused,
+    "CHARON_TOO_MANY": errors.Conflict,
+    "CHARON_NO_SUBSCRIPTION": errors.SubscriptionNotFound,
+    "CHARON_SUBSCRIPTION_EXISTS": errors.SubscriptionExists,
 }
 
 

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 import orjson
 
 from core.metadata import DeadLetterDefaults, QueuePolicy
-from core.models import Message, QueueRef
-from storage.redis.keys import ProjectKeys, QueueKeys, TaskField, message_of
+from core.models import Message, QueueRef, Subscription
+from storage.redis.keys import ProjectKeys, QueueKeys, TaskField, message_of, subscription_of
 from storage.redis.runner import Script, ScriptRunner
 
 # Scripts that change nothing a client asked for (their housekeeping is the service's own): a failure after
@@ -48,6 +48,12 @@ SCRIPT_NAMES = (
     "task_cancel",
     "task_release",
     "redrive_step",
+    "subscribe",
+    "update_subscription",
+    "confirm_subscription",
+    "unsubscribe",
+    "lease_deliveries",
+    "finish_delivery",
 )
 
 
@@ -89,12 +95,23 @@ def _messages(views: Sequence[list[Any]]) -> list[Message]:
     return [message_of(v[0], dict(zip(v[1::2], v[2::2], strict=True))) for v in views]
 
 
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
 def _opt(value: object) -> str:
     return "" if value is None else str(value)
 
 
+# lib.lua marks(), the first of most scripts' replies: what the driver must tell the background loops
+LOWERED = 1  # the project's earliest due time moved earlier: the sweeper must look (lib.lua SWEEP)
+OWED = 2  # deliveries were written to the project's outbox: the notifier must look (lib.lua OUTBOX)
+# stats.lua's per-reason counters, in its order
+DEAD_LETTER_REASONS = ("max_claims", "expired", "rejected")
+
+
 class PostReply(NamedTuple):
-    lowered: bool  # the project's earliest due time moved earlier (lib.lua SWEEP)
+    marks: int
     earlier_ids: list[str] | None  # an Idempotency-Key's earlier post: its ids, nothing stored now
 
 
@@ -105,7 +122,7 @@ class ListReply(NamedTuple):
 
 
 class ClaimReply(NamedTuple):
-    lowered: bool
+    marks: int
     dead_lettered: int
     discarded: int
     next_ms: int | None  # nothing claimed: when a message becomes claimable by time alone (None: never)
@@ -127,6 +144,8 @@ class StatsReply(NamedTuple):
     dead_lettered: int
     discarded: int
     received: int
+    by_reason: dict[str, int]  # dead_lettered by DeadLetterReason (those counted at least once)
+    redriven: int
     oldest: tuple[str, int] | None  # id, created ms
     newest: tuple[str, int] | None
 
@@ -135,11 +154,17 @@ class SweepReply(NamedTuple):
     visited: int
     still_due: int
     next_due_ms: int | None
+    owed: bool  # a dead-letter move wrote deliveries to the project's outbox
 
 
 class StepReply(NamedTuple):
-    lowered: bool
+    marks: int
     task: dict[str, str]  # the task's hash fields (keys.TaskField) as the step left them
+
+
+class LeaseReply(NamedTuple):
+    next_due_ms: int | None  # the project's outbox's earliest due time after the lease, None when empty
+    leased: list[tuple[str, dict[str, str], dict[str, str]]]  # delivery id, its hash, its subscription's
 
 
 class TaskLease(NamedTuple):
@@ -180,9 +205,20 @@ class Scripts:
         return int(await self._queue("drop_messages", t, now, [batch, int(delete_queue)]))
 
     async def stats(self, t: Target, *, now: int) -> StatsReply:
-        total, claimed, delayed, n_dl, n_disc, n_rcv, old_id, old_cr, new_id, new_cr = await self._queue(
-            "stats", t, now, []
-        )
+        (
+            total,
+            claimed,
+            delayed,
+            n_dl,
+            n_disc,
+            n_rcv,
+            *by_reason,
+            n_rd,
+            old_id,
+            old_cr,
+            new_id,
+            new_cr,
+        ) = await self._queue("stats", t, now, [])
         return StatsReply(
             total,
             claimed,
@@ -190,6 +226,8 @@ class Scripts:
             n_dl,
             n_disc,
             n_rcv,
+            {r: n for r, n in zip(DEAD_LETTER_REASONS, by_reason, strict=True) if n},
+            n_rd,
             (old_id, int(old_cr)) if old_id else None,
             (new_id, int(new_cr)) if new_id else None,
         )
@@ -217,8 +255,8 @@ class Scripts:
             record, fingerprint, window_ms = idempotency
             keys.insert(0, record)
             args += [fingerprint, window_ms]
-        lowered, n, *earlier = await self._queue("post_messages", t, now, args, keys)
-        return PostReply(bool(lowered), earlier[0].split(",") if n == -1 else None)
+        marks, n, *earlier = await self._queue("post_messages", t, now, args, keys)
+        return PostReply(marks, earlier[0].split(",") if n == -1 else None)
 
     async def list_messages(
         self,
@@ -268,27 +306,27 @@ class Scripts:
         """wait_ms > 0: a long poll that waits this long if nothing is claimable (sets the queue's `waiting`
         flag, so that what makes a message claimable publishes a wake-up)."""
         keys = self._claim_keys(t, claim_id)
-        lowered, dead_lettered, discarded, next_ms, *views = await self._queue(
+        marks, dead_lettered, discarded, next_ms, *views = await self._queue(
             "claim", t, now, [claim_id, ttl, grace, limit, wait_ms], keys
         )
-        return ClaimReply(bool(lowered), dead_lettered, discarded, next_ms or None, _messages(views))
+        return ClaimReply(marks, dead_lettered, discarded, next_ms or None, _messages(views))
 
     async def get_claim(self, t: Target, *, now: int, claim_id: str) -> ClaimView:
         out = await self._queue("get_claim", t, now, [claim_id], self._claim_keys(t, claim_id))
         ttl, grace, created, expires, *views = out
         return ClaimView(int(ttl), int(grace), int(created), int(expires), _messages(views))
 
-    async def renew_claim(self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int) -> bool:
-        """Returns lowered."""
+    async def renew_claim(self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int) -> int:
+        """Returns lib.lua marks()."""
         keys = self._claim_keys(t, claim_id)
-        lowered, _held = await self._queue("renew_claim", t, now, [claim_id, ttl, grace], keys)
-        return bool(lowered)
+        marks, _held = await self._queue("renew_claim", t, now, [claim_id, ttl, grace], keys)
+        return int(marks)
 
-    async def release_claim(self, t: Target, *, now: int, claim_id: str, wait_ms: int | None) -> bool:
-        """Returns lowered."""
+    async def release_claim(self, t: Target, *, now: int, claim_id: str, wait_ms: int | None) -> int:
+        """Returns lib.lua marks()."""
         keys = self._claim_keys(t, claim_id)
-        lowered, *_counts = await self._queue("release_claim", t, now, [claim_id, _opt(wait_ms)], keys)
-        return bool(lowered)
+        marks, *_counts = await self._queue("release_claim", t, now, [claim_id, _opt(wait_ms)], keys)
+        return int(marks)
 
     async def acknowledge_claim(self, t: Target, *, now: int, claim_id: str) -> int:
         """Deletes the claim and the messages it holds; returns how many. CHARON_NO_CLAIM: no live claim."""
@@ -296,13 +334,11 @@ class Scripts:
 
     async def release_message(
         self, t: Target, *, now: int, message_id: str, claim_id: str, wait_ms: int | None
-    ) -> bool:
-        """Returns lowered."""
+    ) -> int:
+        """Returns lib.lua marks()."""
         args = [message_id, claim_id, _opt(wait_ms)]
-        lowered, _outcome = await self._queue(
-            "release_message", t, now, args, [t.project.message(message_id)]
-        )
-        return bool(lowered)
+        marks, _outcome = await self._queue("release_message", t, now, args, [t.project.message(message_id)])
+        return int(marks)
 
     async def dead_letter_message(
         self,
@@ -313,11 +349,13 @@ class Scripts:
         claim_id: str,
         reason: str | None,
         description: str | None,
-    ) -> bool:
-        """True when moved, False when discarded (the message was not DLQ-eligible)."""
+    ) -> tuple[int, bool]:
+        """lib.lua marks(), and True when moved, False when discarded (the message was not DLQ-eligible)."""
         args = [message_id, claim_id, reason or "", description or ""]
-        outcome = await self._queue("dead_letter_message", t, now, args, [t.project.message(message_id)])
-        return bool(outcome == "moved")
+        marks, outcome = await self._queue(
+            "dead_letter_message", t, now, args, [t.project.message(message_id)]
+        )
+        return int(marks), outcome == "moved"
 
     # -- redrive tasks --------------------------------------------------------------------------------
 
@@ -344,8 +382,8 @@ class Scripts:
         out = await self._queue(
             "redrive_step", t, now, [task_id, owner, lease_ms, batch], [t.project.task(task_id)]
         )
-        lowered, *fields = out
-        return StepReply(bool(lowered), dict(zip(STEP_FIELDS, map(str, fields), strict=True)))
+        marks, *fields = out
+        return StepReply(marks, dict(zip(STEP_FIELDS, map(str, fields), strict=True)))
 
     async def task_lease(self, task_key: str, *, now: int, owner: str, lease_ms: int) -> TaskLease:
         taken, status = await self._run(self._s["task_lease"], [task_key], [owner, now, lease_ms])
@@ -359,13 +397,72 @@ class Scripts:
     async def task_release(self, task_key: str, *, owner: str) -> bool:
         return bool(await self._run(self._s["task_release"], [task_key], [owner]))
 
+    # -- subscriptions and the outbox -----------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        t: Target,
+        *,
+        now: int,
+        subscription_id: str,
+        subscriber: str,
+        ttl: int,
+        options: str,
+        confirmed: bool,
+        max_per_queue: int,
+    ) -> tuple[int, bool, Subscription]:
+        """marks(), whether created, and the subscription as it now is."""
+        args = [subscription_id, subscriber, ttl, options, int(confirmed), max_per_queue]
+        keys = [t.project.subscription(subscription_id)]
+        marks, created, sid, *flat = await self._queue("subscribe", t, now, args, keys)
+        return int(marks), bool(created), subscription_of(sid, _pairs(flat))
+
+    async def update_subscription(
+        self, t: Target, *, now: int, subscription_id: str, subscriber: str, ttl: str, options: str
+    ) -> None:
+        """'' = unchanged."""
+        await self._queue("update_subscription", t, now, [subscription_id, subscriber, ttl, options])
+
+    async def confirm_subscription(
+        self, t: Target, *, now: int, subscription_id: str, confirmed: bool
+    ) -> int:
+        """Returns marks()."""
+        (marks,) = await self._queue("confirm_subscription", t, now, [subscription_id, int(confirmed)])
+        return int(marks)
+
+    async def unsubscribe(self, t: Target, *, now: int, subscription_id: str) -> None:
+        """'' = every subscription of the queue."""
+        await self._queue("unsubscribe", t, now, [subscription_id])
+
+    async def lease_deliveries(
+        self, projects: Sequence[ProjectKeys], *, now: int, lease_ms: int, limit: int
+    ) -> list[LeaseReply]:
+        """lease_deliveries.lua once per project, together."""
+        calls = [([p.outbox], [p.prefix, now, lease_ms, limit]) for p in projects]
+        replies = await self._run.each(self._s["lease_deliveries"], calls)
+        return [
+            LeaseReply(
+                None if int(r[0]) < 0 else int(r[0]),
+                [(str(did), _pairs(d), _pairs(s)) for did, d, s in r[1:]],
+            )
+            for r in replies
+        ]
+
+    async def finish_delivery(
+        self, project: ProjectKeys, *, delivery_id: str, retry_at: int | None
+    ) -> int | None:
+        """The project's outbox's earliest due time after it, None when empty."""
+        keys = [project.outbox, project.delivery(delivery_id)]
+        first = await self._run(self._s["finish_delivery"], keys, [delivery_id, _opt(retry_at)])
+        return None if int(first) < 0 else int(first)
+
     # -- the sweeper ----------------------------------------------------------------------------------
 
     async def sweep(self, projects: Sequence[ProjectKeys], *, now: int, max_queues: int) -> list[SweepReply]:
         """sweep.lua once per project, together (lib.lua housekeep bounds each)."""
         calls = [([p.due], [p.prefix, now, max_queues, *self._defaults]) for p in projects]
         return [
-            SweepReply(int(r[0]), int(r[1]), None if int(r[2]) < 0 else int(r[2]))
+            SweepReply(int(r[0]), int(r[1]), None if int(r[2]) < 0 else int(r[2]), bool(r[3]))
             for r in await self._run.each(self._s["sweep"], calls)
         ]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import orjson
@@ -21,12 +21,13 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.clock import Clock, SystemClock
-from core.errors import CharonError, InvalidInput, NotFound, StorageFull
+from core.errors import CharonError, InvalidInput, NotFound, StorageFull, SubscriptionNotFound
 from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Delivery,
     Idempotency,
     Message,
     MessageId,
@@ -40,6 +41,8 @@ from core.models import (
     RedriveSpec,
     RedriveTask,
     Rejection,
+    Subscription,
+    SubscriptionId,
     TaskId,
 )
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
@@ -47,17 +50,20 @@ from storage.redis.keys import (
     ProjectKeys,
     QueueField,
     QueueKeys,
+    SubscriptionField,
     TaskField,
     due_projects_key,
     full_scan_key,
     health_key,
     projects_key,
+    subscription_of,
     sweeper_lease_key,
     tasks_key,
     touched_key,
 )
+from storage.redis.outbox import Outbox
 from storage.redis.runner import ScriptRunner, unavailable_as_domain_error
-from storage.redis.scripts import Scripts, Target, policy_args
+from storage.redis.scripts import LOWERED, OWED, Scripts, Target, policy_args
 from storage.redis.wakeups import RedisWakeups
 
 DROP_BATCH = 500
@@ -155,6 +161,7 @@ class RedisStore:
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
         self._targets: dict[QueueRef, Target] = {}
         self._lease_token = new_id()
+        self._outbox = Outbox(client, self._scripts, namespace, self._lease_token)
 
     @classmethod
     def from_url(
@@ -212,13 +219,16 @@ class RedisStore:
             self._registered.discard(project)
             raise
 
-    async def _scheduled(self, q: QueueRef, lowered: bool) -> None:
+    async def _scheduled(self, q: QueueRef, marks: int) -> None:
         """After a script that may move the project's earliest due time earlier (lib.lua SWEEP) did: mark the
-        project touched so the sweeper looks at it. The script's work is done by then, so a failing mark
-        never fails the call: it is tried again at this process's next sweep, and a mark lost with the
-        process is repaired by the periodic full scan."""
-        if lowered:
+        project touched so the sweeper looks at it; after one that owed deliveries (lib.lua OUTBOX), for the
+        notifiers. The script's work is done by then, so a failing mark never fails the call: it is tried
+        again at this process's next sweep (or lease), and a mark lost with the process is repaired by the
+        periodic full scan."""
+        if marks & LOWERED:
             await self._mark_touched([q.project])
+        if marks & OWED:
+            await self._outbox.owed(q.project)
 
     async def _mark_touched(self, projects: list[str]) -> None:
         try:
@@ -311,6 +321,8 @@ class RedisStore:
             dead_lettered=r.dead_lettered,
             discarded=r.discarded,
             dead_letters_received=r.received,
+            dead_lettered_by_reason=r.by_reason,
+            redriven=r.redriven,
         )
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -351,7 +363,7 @@ class RedisStore:
             body_size=body_size,
             idempotency=record,
         )
-        await self._scheduled(q, reply.lowered)
+        await self._scheduled(q, reply.marks)
         return ids if reply.earlier_ids is None else [MessageId(i) for i in reply.earlier_ids]
 
     async def list_messages(
@@ -406,7 +418,7 @@ class RedisStore:
         r = await self._scripts.claim(
             t, now=now, claim_id=claim_id, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms
         )
-        await self._scheduled(q, r.lowered)
+        await self._scheduled(q, r.marks)
         claim = None
         if r.messages:
             claim = Claim(
@@ -436,10 +448,10 @@ class RedisStore:
 
     async def renew_claim(self, q: QueueRef, claim_id: ClaimId, *, ttl: int, grace: int) -> None:
         t = await self._target(q)
-        lowered = await self._scripts.renew_claim(
+        marks = await self._scripts.renew_claim(
             t, now=self._clock.now_ms(), claim_id=claim_id, ttl=ttl, grace=grace
         )
-        await self._scheduled(q, lowered)
+        await self._scheduled(q, marks)
 
     async def acknowledge_claim(self, q: QueueRef, claim_id: ClaimId) -> int:
         t = await self._target(q)
@@ -447,28 +459,28 @@ class RedisStore:
 
     async def release_claim(self, q: QueueRef, claim_id: ClaimId, *, delay: int | None = None) -> None:
         t = await self._target(q)
-        lowered = await self._scripts.release_claim(
+        marks = await self._scripts.release_claim(
             t, now=self._clock.now_ms(), claim_id=claim_id, wait_ms=delay and delay * 1000
         )
-        await self._scheduled(q, lowered)
+        await self._scheduled(q, marks)
 
     async def release_message(
         self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, delay: int | None = None
     ) -> None:
         t = await self._target(q)
-        lowered = await self._scripts.release_message(
+        marks = await self._scripts.release_message(
             t,
             now=self._clock.now_ms(),
             message_id=message_id,
             claim_id=claim_id,
             wait_ms=delay and delay * 1000,
         )
-        await self._scheduled(q, lowered)
+        await self._scheduled(q, marks)
 
     async def dead_letter_message(
         self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
     ) -> bool:
-        return await self._scripts.dead_letter_message(
+        marks, moved = await self._scripts.dead_letter_message(
             await self._target(q),
             now=self._clock.now_ms(),
             message_id=message_id,
@@ -476,6 +488,118 @@ class RedisStore:
             reason=rejection.reason,
             description=rejection.description,
         )
+        await self._scheduled(q, marks)
+        return moved
+
+    # -- subscriptions and the outbox -----------------------------------------------------------------------
+
+    async def create_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str,
+        ttl: int,
+        options: dict[str, Any],
+        confirmed: bool,
+        max_per_queue: int,
+    ) -> tuple[Subscription, bool]:
+        marks, created, subscription = await self._scripts.subscribe(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            subscription_id=subscription_id,
+            subscriber=subscriber,
+            ttl=ttl,
+            options=orjson.dumps(options).decode(),
+            confirmed=confirmed,
+            max_per_queue=max_per_queue,
+        )
+        await self._scheduled(q, marks)
+        return subscription, created
+
+    async def get_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> Subscription:
+        key = ProjectKeys.of(self._namespace, q.project).subscription(subscription_id)
+        async with unavailable_as_domain_error():
+            f = cast(dict[str, str], await self._client.hgetall(key))
+        if (
+            not f
+            or f[SubscriptionField.QUEUE] != q.name
+            or int(f[SubscriptionField.EXPIRES]) <= self._clock.now_ms()
+        ):
+            raise SubscriptionNotFound(f"Subscription {subscription_id} does not exist on queue {q.name}.")
+        return subscription_of(subscription_id, f)
+
+    async def list_subscriptions(self, q: QueueRef, *, marker: str | None, limit: int) -> Page[Subscription]:
+        qk = QueueKeys.of(self._namespace, q)
+        now, found = self._clock.now_ms(), list[Subscription]()
+        start = f"({marker}" if marker else "-"
+        async with unavailable_as_domain_error():
+            while len(found) < limit:
+                ids = cast(
+                    list[str],
+                    await self._client.zrangebylex(qk.subscriptions, start, "+", start=0, num=limit + 1),
+                )
+                if not ids:
+                    break
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for sid in ids:
+                        pipe.hgetall(qk.project.subscription(sid))
+                    hashes = await pipe.execute()
+                for sid, f in zip(ids, hashes, strict=True):
+                    if f and int(f[SubscriptionField.EXPIRES]) > now:
+                        found.append(subscription_of(sid, f))
+                start = f"({ids[-1]}"
+                if len(ids) <= limit:
+                    break
+        more = len(found) > limit
+        items = found[:limit]
+        return Page(items, items[-1].id if more else None)
+
+    async def update_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str | None = None,
+        ttl: int | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        await self._scripts.update_subscription(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            subscription_id=subscription_id,
+            subscriber=subscriber or "",
+            ttl=_opt(ttl),
+            options="" if options is None else orjson.dumps(options).decode(),
+        )
+
+    async def confirm_subscription(
+        self, q: QueueRef, subscription_id: SubscriptionId, *, confirmed: bool
+    ) -> None:
+        marks = await self._scripts.confirm_subscription(
+            await self._target(q),
+            now=self._clock.now_ms(),
+            subscription_id=subscription_id,
+            confirmed=confirmed,
+        )
+        await self._scheduled(q, marks)
+
+    async def delete_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> None:
+        await self._scripts.unsubscribe(
+            await self._target(q), now=self._clock.now_ms(), subscription_id=subscription_id
+        )
+
+    async def purge_subscriptions(self, q: QueueRef) -> None:
+        await self._scripts.unsubscribe(await self._target(q), now=self._clock.now_ms(), subscription_id="")
+
+    async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
+        return await self._outbox.lease(owner, now=self._clock.now_ms(), lease_ms=lease_ms, limit=limit)
+
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+        await self._outbox.finish(d, retry_at_ms=retry_at_ms)
+
+    async def outbox_stats(self) -> tuple[int, int | None]:
+        return await self._outbox.stats()
 
     # -- redrive -------------------------------------------------------------------------------------------
 
@@ -596,7 +720,7 @@ class RedisStore:
             lease_ms=lease_ms,
             batch=batch,
         )
-        await self._scheduled(q, r.lowered)
+        await self._scheduled(q, r.marks)
         task = _task(q, task_id, r.task)
         if task.status != "running":
             await self._drop_index_entry(q, task_id)
@@ -691,6 +815,8 @@ class RedisStore:
             for project, r in zip(pending, results, strict=True):
                 if r.next_due_ms is not None:
                     next_due[project] = r.next_due_ms
+                if r.owed:
+                    await self._outbox.owed(project)
             pending = [p for p, r in zip(pending, results, strict=True) if r.still_due > 0]
         try:
             async with unavailable_as_domain_error(), self._client.pipeline(transaction=False) as pipe:

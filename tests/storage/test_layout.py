@@ -18,18 +18,20 @@ from core.metadata import DeadLetterDefaults, QueuePolicy
 from storage.redis.keys import (
     POLICY_FIELDS,
     ClaimField,
+    DeliveryField,
     IdempotencyField,
     MessageField,
     ProjectKeys,
     QueueField,
     QueueKeys,
+    SubscriptionField,
     TaskField,
 )
 from storage.redis.scripts import SCRIPT_NAMES, defaults_args
 
 LUA = resources.files("storage.redis") / "lua"
 LIB = (LUA / "lib.lua").read_text(encoding="utf-8")
-LAYOUT = (QueueField, MessageField, ClaimField, TaskField, IdempotencyField)
+LAYOUT = (QueueField, MessageField, ClaimField, TaskField, IdempotencyField, SubscriptionField, DeliveryField)
 FIELDS = {str(f) for enum in LAYOUT for f in enum}
 HASH_COMMANDS = re.compile(r"redis\.call\('(HSET|HMGET|HGET|HDEL|HINCRBY|HSETNX|HEXISTS)',")
 
@@ -85,11 +87,15 @@ def test_every_hash_field_the_scripts_name_is_a_field_of_the_layout() -> None:
 def test_only_the_layout_helpers_of_lib_lua_build_key_names() -> None:
     """A key name is built from the prefix in lib.lua's qkeys() and message_key() only; every other key a
     script uses comes in KEYS."""
-    builders = re.compile(r"local function (qkeys|message_key|waiting_key|wake_channel)\(.*?\nend\n", re.S)
+    builders = re.compile(
+        r"local function (qkeys|message_key|waiting_key|wake_channel|notify_key|subscriptions_key|"
+        r"subscribers_key|subscription_key|delivery_key|outbox_key|outbox_seq_key)\(.*?\nend\n",
+        re.S,
+    )
     for name, source in _sources().items():
         rest = builders.sub("", source) if name == "lib.lua" else source
         assert not re.search(r"prefix \.\. '", rest), name
-        assert not re.search(r"\.\. ':(waiting|wake)'", rest), name
+        assert not re.search(r"\.\. ':(waiting|wake|notify|subs|subscribers)'", rest), name
 
 
 async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
@@ -98,7 +104,9 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         LIB
         + "\nlocal K = qkeys(ARGV[1], ARGV[2])\n"
         + "return {K.queue, K.msgs, K.ready, K.delayed, K.claimed, K.expiry, K.queues, K.due, "
-        + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue)}"
+        + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue), K.notify, K.subs, "
+        + "K.subscribers, subscription_key(ARGV[1], ARGV[3]), delivery_key(ARGV[1], '7'), outbox_key(ARGV[1]), "
+        + "outbox_seq_key(ARGV[1])}"
     )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
@@ -106,7 +114,20 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
     finally:
         await client.aclose()
     qk = QueueKeys(prefix, name)
-    assert built == [*qk.all(), ProjectKeys(prefix).message(message_id), qk.waiting, qk.wake_channel]
+    pk = ProjectKeys(prefix)
+    assert built == [
+        *qk.all(),
+        pk.message(message_id),
+        qk.waiting,
+        qk.wake_channel,
+        qk.notify,
+        qk.subscriptions,
+        qk.subscribers,
+        pk.subscription(message_id),
+        pk.delivery("7"),
+        pk.outbox,
+        pk.outbox_seq,
+    ]
 
 
 NAMES = ["orders", "orders.DLQ", "dlq-orders", "x" * 64, ".DLQ", "DLQ", "a.DLQ.b"]

@@ -1,6 +1,6 @@
 -- claim(KEYS=queue keys, claim, claim's messages; ARGV=[queue script args, claim_id, ttl, grace, limit,
 --       wait_ms])
---   -> {due time lowered (0/1), n_dead_lettered, n_discarded, next_ms, view1, view2, ...}
+--   -> {lib.lua marks(), n_dead_lettered, n_discarded, next_ms, view1, view2, ...}
 --   (no claim is stored when no view is returned; the flag: lib.lua SWEEP). When nothing was claimed,
 --   next_ms is the earliest time a message becomes claimable by time alone (its delay or backoff ends, its
 --   claim expires), 0 when none will; and with wait_ms > 0 (a long poll that will wait that long) the
@@ -62,5 +62,5 @@ else
     redis.call('SET', K.waiting, 1, 'PX', wait_ms)
   end
 end
-out[1] = SWEEP.lowered
+out[1] = marks()
 return out

@@ -1,5 +1,5 @@
 -- dead_letter_message(KEYS=queue keys, message; ARGV=[queue script args, id, claim_id, reason, description])
---   -> 'moved' | 'discarded' (a message posted with dead_letter_eligible false)
+--   -> {lib.lua marks(), 'moved' | 'discarded' (a message posted with dead_letter_eligible false)}
 -- A consumer rejects a message it holds: it moves to the queue's DLQ at once with reason 'rejected' and the
 -- consumer's text ('' = none) in its provenance. Errors CHARON_NO_MESSAGE, CHARON_CLAIM_MISMATCH (lib.lua
 -- check_held), CHARON_NO_DLQ when the queue has no DLQ.
@@ -13,5 +13,7 @@ if not pol.dlq then
     id .. ' to; set _dead_letter_queue in its metadata first.')
 end
 redis.call('ZREM', K.claimed, id)
-if dead_letter(prefix, K, name, id, 'rejected', now, pol, {ARGV[9], ARGV[10]}) == 1 then return 'moved' end
-return 'discarded'
+if dead_letter(prefix, K, name, id, 'rejected', now, pol, {ARGV[9], ARGV[10]}) == 1 then
+  return {marks(), 'moved'}
+end
+return {marks(), 'discarded'}

@@ -12,12 +12,43 @@ local HOUSEKEEP_BATCH = 100
 local GC_SLACK_MS = 300000  -- Redis drops a message hash this long after its logical expiry (memory only)
 local TASK_KEEP_MS = 7 * 86400000  -- a finished redrive task's record is kept this long
 
+-- keys.py QueueKeys.notify, .subscriptions and .subscribers, from a queue's key
+local function notify_key(queue_key)
+  return queue_key .. ':notify'
+end
+
+local function subscriptions_key(queue_key)
+  return queue_key .. ':subs'
+end
+
+local function subscribers_key(queue_key)
+  return queue_key .. ':subscribers'
+end
+
 -- keys.py QueueKeys / ProjectKeys.message
 local function qkeys(prefix, name)
   local base = prefix .. 'q:' .. name
   return {name = name, queue = base, msgs = base .. ':msgs', ready = base .. ':ready',
           delayed = base .. ':delayed', claimed = base .. ':claimed', expiry = base .. ':expiry',
-          queues = prefix .. 'queues', due = prefix .. 'due'}
+          queues = prefix .. 'queues', due = prefix .. 'due', notify = notify_key(base),
+          subs = subscriptions_key(base), subscribers = subscribers_key(base)}
+end
+
+-- keys.py ProjectKeys.subscription, .delivery, .outbox and .outbox_seq
+local function subscription_key(prefix, sid)
+  return prefix .. 's:' .. sid
+end
+
+local function delivery_key(prefix, did)
+  return prefix .. 'd:' .. did
+end
+
+local function outbox_key(prefix)
+  return prefix .. 'outbox'
+end
+
+local function outbox_seq_key(prefix)
+  return prefix .. 'outbox:seq'
 end
 
 local function message_key(prefix, id)
@@ -33,11 +64,82 @@ local function wake_channel(queue_key)
   return queue_key .. ':wake'
 end
 
+
 -- Whether this script moved the project's earliest due time earlier. Scripts that can (post, claim,
 -- renew, release) return it first, and the driver then marks the project touched for the sweeper, which
 -- otherwise only looks at projects whose recorded due time has come. (Other scripts only schedule work
 -- while handling work that was already due, so the sweeper visits their project anyway.)
 local SWEEP = {lowered = 0}
+
+-- Whether this script wrote deliveries to the project's outbox (owe()). Scripts return marks() first:
+-- 1 = the due time moved earlier, 2 = deliveries owed, and the driver then marks the project for the
+-- sweeper or the notifier.
+local OUTBOX = {owed = 0}
+
+local function marks()
+  return SWEEP.lowered + 2 * OUTBOX.owed
+end
+
+-- Owe subscription `sid` a delivery of `kind` ('notification', 'confirmation', 'unsubscribed') in the
+-- project's outbox, due now: the delivery hash holds the kind, the subscription, the queue, no failed
+-- attempts yet, when it was written, and for a notification the message's id and every field of its hash as
+-- it is now (the message as posted or dead-lettered, provenance with it), so that consuming the message does
+-- not take the notification with it. One script writes the cause and the delivery: neither goes alone.
+local function owe(prefix, sid, kind, queue, now, id, fields)
+  local did = redis.call('INCR', outbox_seq_key(prefix))
+  local dk = delivery_key(prefix, did)
+  redis.call('HSET', dk, '_k', kind, '_s', sid, '_q', queue, '_a', 0, '_cr', now)
+  if id then
+    redis.call('HSET', dk, '_m', id)
+    for first = 1, #fields, 1000 do
+      redis.call('HSET', dk, unpack(fields, first, math.min(first + 999, #fields)))
+    end
+  end
+  redis.call('ZADD', outbox_key(prefix), now, did)
+  OUTBOX.owed = 1
+end
+
+-- Delete subscription `sid` of queue K and its indexes (what it is still owed is dropped when leased).
+local function remove_subscription(prefix, K, sid)
+  local sk = subscription_key(prefix, sid)
+  local subscriber = redis.call('HGET', sk, 's')
+  if subscriber and redis.call('HGET', K.subscribers, subscriber) == sid then
+    redis.call('HDEL', K.subscribers, subscriber)
+  end
+  redis.call('DEL', sk)
+  redis.call('ZREM', K.subs, sid)
+  redis.call('ZREM', K.notify, sid)
+end
+
+-- Delete the subscriptions of queue K whose ttl has run out (all of them when `all`). A queue has at most
+-- CHARON_LIMITS__MAX_SUBSCRIPTIONS_PER_QUEUE (1,000 at most), so this is bounded.
+local function drop_subscriptions(prefix, K, now, all)
+  for _, sid in ipairs(redis.call('ZRANGE', K.subs, 0, -1)) do
+    local e = tonumber(redis.call('HGET', subscription_key(prefix, sid), 'e'))
+    if all or e == nil or e <= now then remove_subscription(prefix, K, sid) end
+  end
+end
+
+-- The live subscription `sid` of queue K (its hash key), or nil.
+local function live_subscription(prefix, K, sid, now)
+  local sk = subscription_key(prefix, sid)
+  local f = redis.call('HMGET', sk, 'q', 'e')
+  if f[1] ~= K.name or tonumber(f[2]) <= now then return nil end
+  return sk
+end
+
+-- The live confirmed subscriptions of queue K (K.notify: sid -> its expiry). A queue nobody subscribed to
+-- costs one ZRANGEBYSCORE of a missing key.
+local function subscribers(K, now)
+  return redis.call('ZRANGEBYSCORE', K.notify, '(' .. now, '+inf')
+end
+
+-- Owe each of `subs` (subscribers(K, now)) a notification of message `id` (hash `mk`) of queue K.
+local function notify(prefix, K, subs, id, mk, now)
+  if #subs == 0 then return end
+  local fields = redis.call('HGETALL', mk)
+  for _, sid in ipairs(subs) do owe(prefix, sid, 'notification', K.name, now, id, fields) end
+end
 
 -- Wake-ups for long polls (POST .../claims?wait=S). A claim that found nothing and will wait sets the queue's
 -- `waiting` flag (keys.py QueueKeys.waiting; it expires after the wait); a script that makes messages of a
@@ -167,6 +269,8 @@ end
 -- (ARCHITECTURE.md §3 promise 1). The moved message carries no claim, is claimable at once and gets a new
 -- marker in the DLQ. Its ttl there: the DLQ ttl if set (for reason 'expired': pol.expttl), else what was
 -- left of it. `rejection` ({reason, description}, '' = not given) is the consumer's text for 'rejected'.
+local DL_COUNTERS = {max_claims = 'n_dl_mc', expired = 'n_dl_exp', rejected = 'n_dl_rej'}
+
 local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
   local mk = message_key(prefix, id)
   local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst', 'ne')
@@ -195,7 +299,9 @@ local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
   redis.call('ZADD', D.ready, k, id)
   woke(D.queue, 1)
   redis.call('HINCRBY', K.queue, 'n_dl', 1)
+  redis.call('HINCRBY', K.queue, DL_COUNTERS[reason], 1)
   redis.call('HINCRBY', D.queue, 'n_rcv', 1)
+  notify(prefix, D, subscribers(D, now), id, mk, now)
   return 1
 end
 
@@ -283,7 +389,8 @@ local function queue_script()
   local ks, name = KEYS, ARGV[2]
   return ARGV[1], name, tonumber(ARGV[3]),
     {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
-     expiry = ks[6], queues = ks[7], due = ks[8], waiting = waiting_key(ks[1])}
+     expiry = ks[6], queues = ks[7], due = ks[8], waiting = waiting_key(ks[1]),
+     notify = notify_key(ks[1]), subs = subscriptions_key(ks[1]), subscribers = subscribers_key(ks[1])}
 end
 
 local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax',

@@ -3,7 +3,8 @@
 --   packed: id1 US ttl1 US delay1 US eligible1 US body1 US id2 ... (US = "\31", which JSON text never holds
 --   unescaped): one argument instead of five a message, since each argument costs the client a conversion.
 --   ttl/delay -1 = queue default; eligible 0 = not DLQ-eligible (discarded where it would be dead-lettered)
---   -> {project's due time lowered (0/1), number posted}, or error CHARON_TOO_LARGE when body_size
+--   -> {lib.lua marks(), number posted}; every live confirmed subscription of the queue is owed a
+--   notification of each message (lib.lua notify), in this script., or error CHARON_TOO_LARGE when body_size
 --   exceeds the queue's _max_messages_post_size.
 --   With an Idempotency-Key's record key (KEYS[9]; the fingerprint given): a record there of the same fingerprint means the post
 --   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
@@ -47,11 +48,12 @@ while pos <= #packed do
   table.insert(posted, {field(), tonumber(field()), tonumber(field()), field(), field()})
 end
 local n = #posted
-if n == 0 then return {SWEEP.lowered, 0} end
+if n == 0 then return {marks(), 0} end
 -- One call per message (its hash and that hash's expiry); the sets are written once for the whole post.
 local last = redis.call('HINCRBY', K.queue, 'seq', n)
 local msgs, ready, delayed, expiry = {}, {}, {}, {}
 local earliest
+local subs = subscribers(K, now)
 for i, m in ipairs(posted) do
   local id, ttl, delay, eligible, body = m[1], m[2], m[3], m[4], m[5]
   if ttl < 0 then ttl = dttl end
@@ -64,6 +66,7 @@ for i, m in ipairs(posted) do
   redis.call('HSET', mk, 'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[7],
              'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e)
   if eligible == '0' then redis.call('HSET', mk, 'ne', 1) end
+  notify(prefix, K, subs, id, mk, now)
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
   if earliest == nil or e < earliest then earliest = e end
   table.insert(expiry, e); table.insert(expiry, id)
@@ -93,4 +96,4 @@ if idem then
   redis.call('HSET', idem, 'fp', fingerprint, 'ids', table.concat(ids, ','), 'until', now + window_ms)
   redis.call('PEXPIRE', idem, window_ms)  -- memory only: `until` (the clock's) decides
 end
-return {SWEEP.lowered, n}
+return {marks(), n}

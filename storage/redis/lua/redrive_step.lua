@@ -1,5 +1,5 @@
 -- redrive_step(KEYS=queue keys of the DLQ, task; ARGV=[queue script args, task_id, owner, lease_ms, batch])
---   -> {due time lowered (0/1), status, cursor, scanned, moved, skipped, end, created, updated, spec, owner}
+--   -> {lib.lua marks(), status, cursor, scanned, moved, skipped, end, created, updated, spec, owner}
 --   (the task as it is after the step), or error CHARON_NO_TASK.
 -- One batch of a redrive task, done only while `owner` holds the task and it is running: looks at the next
 -- `batch` messages of the DLQ after the task's cursor (up to its end marker) and moves each one that
@@ -44,6 +44,7 @@ local function redrive(id, to, f)
   redis.call('ZADD', D.msgs, k, id)
   redis.call('ZADD', D.ready, k, id)
   woke(D.queue, 1)
+  redis.call('HINCRBY', K.queue, 'n_rd', 1)
 end
 
 local ids = redis.call('ZRANGEBYSCORE', K.msgs, '(' .. cursor, last, 'WITHSCORES', 'LIMIT', 0, batch)
@@ -67,4 +68,4 @@ if #ids < 2 * batch or (limit and moved >= limit) or cursor >= last then status 
 redis.call('HSET', tk, 'status', status, 'cursor', cursor, 'scanned', scanned, 'moved', moved,
            'skipped', skipped, 'up', now, 'lease', now + lease_ms)
 if status ~= 'running' then redis.call('PEXPIRE', tk, TASK_KEEP_MS) end
-return {SWEEP.lowered, status, cursor, scanned, moved, skipped, last, t[15], now, t[17], owner}
+return {marks(), status, cursor, scanned, moved, skipped, last, t[15], now, t[17], owner}

@@ -1,5 +1,5 @@
 -- release_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, delay_ms or ''])
---   -> {due time lowered (0/1), n_released, n_dead_lettered, n_discarded}. An unknown claim releases
+--   -> {lib.lua marks(), n_released, n_dead_lettered, n_discarded}. An unknown claim releases
 --   nothing (Zaqar); a lapsed one whose messages housekeeping has not reached yet returns them just as
 --   housekeeping would.
 -- Each message becomes claimable again after `delay_ms` (Pulsar's reconsumeLater), or when it is '' after
@@ -20,5 +20,5 @@ for _, id in ipairs(redis.call('LRANGE', cmk, 0, -1)) do
   end
 end
 redis.call('DEL', ck, cmk)
-out[1] = SWEEP.lowered
+out[1] = marks()
 return out

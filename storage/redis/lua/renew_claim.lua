@@ -1,5 +1,5 @@
 -- renew_claim(KEYS=queue keys, ARGV=[prefix, name, now, claim_id, ttl, grace])
---   -> {due time lowered (0/1), number of messages still held}. The claim now ends at now + ttl and its
+--   -> {lib.lua marks(), number of messages still held}. The claim now ends at now + ttl and its
 --   age starts again (Zaqar); each message it holds lives at least until then plus grace. Error
 --   CHARON_NO_CLAIM as get_claim.
 local prefix, name, now, K = queue_script()
@@ -26,4 +26,4 @@ for _, id in ipairs(redis.call('LRANGE', cmk, 0, -1)) do
     held = held + 1
   end
 end
-return {SWEEP.lowered, held}
+return {marks(), held}

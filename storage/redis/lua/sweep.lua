@@ -1,5 +1,6 @@
 -- sweep(KEYS=[the project's due], ARGV=[prefix, now, max_queues, the operator's DLQ defaults (lib.lua set_defaults)])
---   -> {queues visited, queues still due, the project's next due time or -1 when nothing is scheduled}
+--   -> {queues visited, queues still due, the project's next due time or -1 when nothing is scheduled,
+--       1 when a dead-letter move owed deliveries (lib.lua OUTBOX) else 0}
 -- The background sweeper's step for one project: every queue whose due time has come is brought up to
 -- now by housekeep() — an expired claim ends there, and a message that used up its claims moves to the
 -- DLQ at that moment (ARCHITECTURE.md §3 promise 7) — then rescheduled for its next claim or message
@@ -36,4 +37,4 @@ for _, name in ipairs(names) do
   end
 end
 local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
-return {#names, redis.call('ZCOUNT', due, '-inf', now), first[2] or -1}
+return {#names, redis.call('ZCOUNT', due, '-inf', now), first[2] or -1, OUTBOX.owed}

@@ -1,0 +1,190 @@
+"""Finding the projects whose outbox has deliveries due, for the notifiers (RedisStore.lease_deliveries).
+
+Each project's outbox (keys.ProjectKeys.outbox) is the truth, written by the scripts in the same step as
+what owes a delivery. Which projects to look at is bookkeeping beside it, as for the sweeper: a script that
+owed deliveries returns lib.lua marks() with OWED and the driver adds the project to the namespace's
+`outbox-touched` set; a notifier takes that set, leases in those projects and in those whose recorded due
+time (`outbox-due`) has come, and records each one's next due time. A mark lost with a process (between a
+script and its SADD) is repaired by the full scan every FULL_SCAN_MS, which one notifier at a time runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import redis.asyncio as aioredis
+
+from core.errors import CharonError, StorageFull
+from core.models import Delivery, Message, MessageId
+from storage.redis.keys import (
+    DeliveryField,
+    ProjectKeys,
+    message_of,
+    outbox_due_key,
+    outbox_scan_key,
+    outbox_touched_key,
+    projects_key,
+    subscription_of,
+)
+from storage.redis.runner import unavailable_as_domain_error
+from storage.redis.scripts import Scripts
+
+FULL_SCAN_MS = 30_000
+PROJECTS_PER_ROUND = 500
+STATS_PROJECTS = 1000  # outbox_stats counts the deliveries of at most this many projects (the earliest due)
+
+log = logging.getLogger("charon.redis")
+
+_KIND, _SUB, _QUEUE, _ATTEMPTS, _CREATED, _MESSAGE = (f.value for f in DeliveryField)
+_KINDS = {"notification", "confirmation", "unsubscribed"}
+
+
+def delivery_of(project: str, delivery_id: str, d: dict[str, str], s: dict[str, str]) -> Delivery:
+    """A delivery from its hash and its subscription's (lease_deliveries.lua)."""
+    kind = d[_KIND]
+    if kind not in _KINDS:
+        raise ValueError(f"unknown delivery kind {kind!r}")
+    message: Message | None = None
+    if _MESSAGE in d:
+        message = message_of(MessageId(d[_MESSAGE]), d)
+    return Delivery(
+        id=delivery_id,
+        project=project,
+        subscription=subscription_of(d[_SUB], s),
+        kind=kind,  # type: ignore[arg-type]  # checked against _KINDS above
+        message=message,
+        attempts=int(d[_ATTEMPTS]),
+        created_ms=int(d[_CREATED]),
+    )
+
+
+class Outbox:
+    def __init__(
+        self, client: aioredis.Redis | aioredis.RedisCluster, scripts: Scripts, namespace: str, token: str
+    ):
+        self._client = client
+        self._scripts = scripts
+        self._ns = namespace
+        self._token = token
+        self._unmarked: set[str] = set()  # projects whose touched mark failed: marked at the next lease
+
+    async def owed(self, project: str) -> None:
+        """After a script owed deliveries in `project`: mark it for the notifiers. The script's work is done,
+        so a failing mark never fails the call: it is tried again at this process's next lease, and a mark
+        lost with the process is repaired by the full scan."""
+        await self._mark([project])
+
+    async def _mark(self, projects: list[str]) -> None:
+        try:
+            async with unavailable_as_domain_error():
+                await self._client.sadd(outbox_touched_key(self._ns), *projects)
+        except CharonError as exc:
+            self._unmarked.update(projects)
+            log.debug("outbox mark deferred (%s)", exc.description)
+        else:
+            self._unmarked.difference_update(projects)
+
+    async def projects_due(self, now: int) -> list[str]:
+        """Projects that may have deliveries due now: the touched ones (taken), those whose recorded due time
+        has come, and every project when the full scan is due."""
+        if self._unmarked:
+            await self._mark(list(self._unmarked))
+        ns = self._ns
+        async with unavailable_as_domain_error():
+            found: dict[str, None] = {}
+            try:
+                scan = bool(
+                    await self._client.set(outbox_scan_key(ns), self._token, nx=True, px=FULL_SCAN_MS)
+                )
+            except StorageFull:
+                scan = False
+            if scan:
+                found.update(dict.fromkeys(await self._scan(now)))
+            # The set is taken before the projects are leased from: a script that owes meanwhile marks its
+            # project again.
+            while touched := await self._client.spop(outbox_touched_key(ns), PROJECTS_PER_ROUND):
+                found.update(dict.fromkeys(map(str, touched)))
+            due = await self._client.zrangebyscore(outbox_due_key(ns), "-inf", now)
+            found.update(dict.fromkeys(map(str, due)))
+        return list(found)
+
+    async def _scan(self, now: int) -> list[str]:
+        """Every project's outbox's earliest due time, read (cheaper than a script each) and recorded; the
+        projects with deliveries due now."""
+        due_now: list[str] = []
+        cursor = 0
+        while True:
+            cursor, page = await self._client.sscan(projects_key(self._ns), cursor, count=PROJECTS_PER_ROUND)
+            projects = [str(p) for p in page]
+            async with self._client.pipeline(transaction=False) as pipe:
+                for p in projects:
+                    pipe.zrange(ProjectKeys.of(self._ns, p).outbox, 0, 0, withscores=True)
+                firsts = await pipe.execute()
+            seen = {p: int(first[0][1]) for p, first in zip(projects, firsts, strict=True) if first}
+            due_now.extend(p for p, at in seen.items() if at <= now)
+            await self.record(seen)
+            if int(cursor) == 0:
+                return due_now
+
+    async def record(self, next_due: Mapping[str, int | None]) -> None:
+        """Record each project's outbox's earliest due time (None: empty)."""
+        if not next_due:
+            return
+        due = {p: at for p, at in next_due.items() if at is not None}
+        idle = [p for p, at in next_due.items() if at is None]
+        try:
+            async with unavailable_as_domain_error(), self._client.pipeline(transaction=False) as pipe:
+                if due:
+                    pipe.zadd(outbox_due_key(self._ns), due)
+                if idle:
+                    pipe.zrem(outbox_due_key(self._ns), *idle)
+                await pipe.execute()
+        except CharonError as exc:  # the leases are taken; a later round or the full scan repairs this
+            self._unmarked.update(due)
+            log.debug("outbox due times not recorded (%s)", exc.description)
+
+    async def lease(self, owner: str, *, now: int, lease_ms: int, limit: int) -> list[Delivery]:
+        del owner  # a lease is held by time: a delivery is due again when it ends, whoever took it
+        out: list[Delivery] = []
+        projects = await self.projects_due(now)
+        while projects and len(out) < limit:
+            # each project of a round gets an equal share of what is left, so no lease is taken and dropped
+            room = limit - len(out)
+            batch, projects = (
+                projects[: min(room, PROJECTS_PER_ROUND)],
+                projects[min(room, PROJECTS_PER_ROUND) :],
+            )
+            keys = [ProjectKeys.of(self._ns, p) for p in batch]
+            replies = await self._scripts.lease_deliveries(
+                keys, now=now, lease_ms=lease_ms, limit=max(1, room // len(batch))
+            )
+            for project, reply in zip(batch, replies, strict=True):
+                out.extend(delivery_of(project, did, d, s) for did, d, s in reply.leased)
+            await self.record({p: r.next_due_ms for p, r in zip(batch, replies, strict=True)})
+        if projects:  # not looked at this time: still due, so recorded as due now for the next call
+            await self.record(dict.fromkeys(projects, now))
+        return out
+
+    async def finish(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+        project = ProjectKeys.of(self._ns, d.project)
+        first = await self._scripts.finish_delivery(project, delivery_id=d.id, retry_at=retry_at_ms)
+        if first is not None:
+            try:
+                async with unavailable_as_domain_error():
+                    await self._client.zadd(outbox_due_key(self._ns), {d.project: first}, lt=True)
+            except CharonError:
+                self._unmarked.add(d.project)
+
+    async def stats(self) -> tuple[int, int | None]:
+        async with unavailable_as_domain_error():
+            first = await self._client.zrange(
+                outbox_due_key(self._ns), 0, STATS_PROJECTS - 1, withscores=True
+            )
+            if not first:
+                return 0, None
+            async with self._client.pipeline(transaction=False) as pipe:
+                for entry in first:
+                    pipe.zcard(ProjectKeys.of(self._ns, str(entry[0])).outbox)
+                counts = await pipe.execute()
+        return sum(map(int, counts)), int(first[0][1])
