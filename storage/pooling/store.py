@@ -23,12 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.clock import Clock, SystemClock
-from core.errors import ClaimNotFound, InvalidInput, MessageNotFound, NotFound, StorageUnavailable
+from core.errors import (
+    ClaimNotFound,
+    InvalidInput,
+    MessageNotFound,
+    NotFound,
+    StorageUnavailable,
+    SubscriptionNotFound,
+)
 from core.metadata import DEAD_LETTER_QUEUE, FLAVOR, DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Delivery,
     Idempotency,
     Message,
     MessageId,
@@ -41,6 +49,8 @@ from core.models import (
     RedriveSpec,
     RedriveTask,
     Rejection,
+    Subscription,
+    SubscriptionId,
     TaskId,
 )
 from storage.base import DEFAULT_TIMEOUT_S, Store, WakeCallback, Wakeups
@@ -439,6 +449,103 @@ class PooledStore:
     ) -> RedriveTask:
         store = await self._route_task(q, task_id)
         return await store.redrive_step(q, task_id, owner=owner, lease_ms=lease_ms, batch=batch)
+
+    # -- subscriptions and the outbox -----------------------------------------------------------------------
+
+    async def create_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str,
+        ttl: int,
+        options: dict[str, Any],
+        confirmed: bool,
+        max_per_queue: int,
+    ) -> tuple[Subscription, bool]:
+        store = await self.pool_store(await self._place(q, {}))  # subscribing creates the queue, as a post
+        return await store.create_subscription(
+            q,
+            subscription_id,
+            subscriber=subscriber,
+            ttl=ttl,
+            options=options,
+            confirmed=confirmed,
+            max_per_queue=max_per_queue,
+        )
+
+    async def _route_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> Store:
+        store = await self._route(q)
+        if store is None:
+            raise SubscriptionNotFound(f"Subscription {subscription_id} does not exist on queue {q.name}.")
+        return store
+
+    async def get_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> Subscription:
+        return await (await self._route_subscription(q, subscription_id)).get_subscription(q, subscription_id)
+
+    async def list_subscriptions(self, q: QueueRef, *, marker: str | None, limit: int) -> Page[Subscription]:
+        store = await self._route(q)
+        if store is None:
+            return Page([], None)
+        return await store.list_subscriptions(q, marker=marker, limit=limit)
+
+    async def update_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str | None = None,
+        ttl: int | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        store = await self._route_subscription(q, subscription_id)
+        await store.update_subscription(q, subscription_id, subscriber=subscriber, ttl=ttl, options=options)
+
+    async def confirm_subscription(
+        self, q: QueueRef, subscription_id: SubscriptionId, *, confirmed: bool
+    ) -> None:
+        store = await self._route_subscription(q, subscription_id)
+        await store.confirm_subscription(q, subscription_id, confirmed=confirmed)
+
+    async def delete_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> None:
+        store = await self._route(q)
+        if store is not None:
+            await store.delete_subscription(q, subscription_id)
+
+    async def purge_subscriptions(self, q: QueueRef) -> None:
+        store = await self._route(q)
+        if store is not None:
+            await store.purge_subscriptions(q)
+
+    async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
+        """Deliveries from each pool in turn; an unreachable pool does not hold up the others' (its error is
+        raised only when no pool gave one)."""
+        taken: list[Delivery] = []
+        failure: StorageUnavailable | None = None
+        for _, store in await self._each_pool():
+            if len(taken) >= limit:
+                break
+            try:
+                taken += await store.lease_deliveries(owner, lease_ms=lease_ms, limit=limit - len(taken))
+            except StorageUnavailable as exc:
+                failure = exc
+        if failure is not None and not taken:
+            raise failure
+        return taken
+
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+        store = await self._route(QueueRef(d.project, d.subscription.queue))
+        if store is not None:
+            await store.finish_delivery(d, retry_at_ms=retry_at_ms)
+
+    async def outbox_stats(self) -> tuple[int, int | None]:
+        waiting, earliest = 0, None
+        for _, store in await self._each_pool():
+            n, first = await store.outbox_stats()
+            waiting += n
+            if first is not None and (earliest is None or first < earliest):
+                earliest = first
+        return waiting, earliest
 
     # -- service -------------------------------------------------------------------------------------------
 
