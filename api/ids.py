@@ -1,4 +1,4 @@
-"""The one id parser. Message, claim and redrive-task ids are 32 lowercase hex digits
+"""The one id parser. Message, claim, redrive-task and subscription ids are 32 lowercase hex digits
 (core.limits.is_valid_id), and each kind of id has one answer when it is anything else, on every route:
 
 - in the path, an id names the resource the request is about; other text names no such resource: 404 with
@@ -20,9 +20,9 @@ from fastapi import Depends, Request
 from pydantic import GetPydanticSchema, WithJsonSchema
 from pydantic_core import core_schema
 
-from core.errors import ClaimNotFound, InvalidInput, MessageNotFound, NotFound
+from core.errors import ClaimNotFound, InvalidInput, MessageNotFound, NotFound, SubscriptionNotFound
 from core.limits import is_valid_id
-from core.models import ClaimId, MessageId, TaskId
+from core.models import ClaimId, MessageId, SubscriptionId, TaskId
 
 ID_PATTERN = "^[0-9a-f]{32}$"
 ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN}
@@ -50,6 +50,15 @@ def task_id(request: Request) -> TaskId:
     return TaskId(_in_path(request, "task_id", _no_task))
 
 
+def subscription_id(request: Request) -> SubscriptionId:
+    """The path's subscription id; 404 when it is not one."""
+    return SubscriptionId(_in_path(request, "subscription_id", _no_subscription))
+
+
+def _no_subscription(text: str, queue: str) -> NotFound:
+    return SubscriptionNotFound(f"Subscription {text} does not exist on queue {queue}.")
+
+
 def _no_message(text: str, queue: str) -> NotFound:
     return MessageNotFound(f"Message {text} does not exist in queue {queue}.")
 
@@ -74,10 +83,15 @@ async def _task_id(request: Request) -> TaskId:
     return task_id(request)
 
 
+async def _subscription_id(request: Request) -> SubscriptionId:
+    return subscription_id(request)
+
+
 # For FastAPI routes, declared after the queue (QueueDep, CallDep): a bad queue name is answered first.
 MessageIdDep = Annotated[MessageId, Depends(_message_id)]
 ClaimIdDep = Annotated[ClaimId, Depends(_claim_id)]
 TaskIdDep = Annotated[TaskId, Depends(_task_id)]
+SubscriptionIdDep = Annotated[SubscriptionId, Depends(_subscription_id)]
 
 
 # A `claim_id` query parameter (in a QueryModel): 400 naming it when it is not an id. Checked by pydantic-core

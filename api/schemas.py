@@ -241,7 +241,45 @@ class FlavorPatch(FlavorIn):
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})  # 400 when it changes nothing
 
 
+SUBSCRIBER_DOC = (
+    "Who is told of each message: an `http://` or `https://` URL (a webhook: each message is POSTed to it "
+    "as JSON) or a `mailto:` address (an e-mail through the service's SMTP server, subject from `?subject=`)."
+    " At most CHARON_LIMITS__MAX_SUBSCRIBER_LENGTH (2,048) characters, no user:password@; a webhook on a "
+    "loopback, link-local or otherwise reserved address is refused unless the operator allows its network "
+    "(CHARON_NOTIFICATIONS__ALLOWED_NETWORKS)."
+)
+OPTIONS_DOC = (
+    "Zaqar's options, kept as given (at most CHARON_LIMITS__MAX_SUBSCRIPTION_OPTIONS bytes): `post_data` "
+    '(a string: the webhook\'s body, where `"$zaqar_message$"` is replaced by the notification), '
+    "`post_headers` (an object of header strings), `_retry_policy` (as the queue's: overrides it unless the "
+    "queue's says `ignore_subscription_override`), `subject` and `from` for mailto."
+)
+
+
+class SubscriptionIn(_In):
+    subscriber: str = Field(description=SUBSCRIBER_DOC)
+    ttl: Whole | None = Field(
+        None,
+        description="Seconds the subscription lasts, 60 to CHARON_LIMITS__MAX_SUBSCRIPTION_TTL; "
+        "CHARON_LIMITS__DEFAULT_SUBSCRIPTION_TTL (3600) if absent.",
+    )
+    options: dict[str, Any] | None = Field(None, description=OPTIONS_DOC)
+
+
+class SubscriptionPatch(_In):
+    subscriber: str | None = Field(None, description=SUBSCRIBER_DOC)
+    ttl: Whole | None = Field(None, description="A new ttl, counted from now.")
+    options: dict[str, Any] | None = Field(None, description="The new options (replace the old ones).")
+
+
+class ConfirmIn(_In):
+    confirmed: StrictBool = Field(description="true: confirm; false: unsubscribe (it is told so).")
+
+
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    SubscriptionIn,
+    SubscriptionPatch,
+    ConfirmIn,
     PostMessagesIn,
     RejectIn,
     RedriveIn,
@@ -314,6 +352,25 @@ class QueueOut(BaseModel):
     name: str
     href: str
     metadata: dict[str, Any] | None = None
+
+
+class SubscriptionOut(BaseModel):
+    id: str
+    source: str = Field(description="The queue.")
+    subscriber: str
+    ttl: int
+    age: int = Field(description="Seconds since it was created.")
+    options: dict[str, Any]
+    confirmed: bool
+
+
+class SubscriptionsPage(BaseModel):
+    subscriptions: list[SubscriptionOut]
+    links: list[Link]
+
+
+class SubscriptionCreated(BaseModel):
+    subscription_id: str
 
 
 class QueuesPage(BaseModel):

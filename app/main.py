@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from service.delivery import Deliverer
 
 from api.auth import Authenticator, AuthMode
 from api.contract import refine
@@ -22,12 +23,13 @@ from api.errors import register_error_handlers
 from api.head import HeadAsGet
 from api.keystone import TokenValidator
 from api.policy import Policy
-from api.routes import admin, claims, health, messages, queues, redrive
+from api.routes import admin, claims, health, messages, queues, redrive, subscriptions
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
 from core.clock import Clock, SystemClock
+from service.notifier import Notifier
 from service.redrive import RedriveRunner
 from service.sweeper import run_sweeper
 from service.waiting import LongPolls
@@ -87,6 +89,25 @@ def authenticator(settings: Settings, clock: Clock) -> Authenticator:
     )
 
 
+NOTIFIER_INTERVAL_S = 0.1  # how often a notifier looks for due deliveries when the last look found few
+
+
+def notifier(app: FastAPI, settings: Settings, clock: Clock) -> Notifier:
+    n = settings.notifications
+    key = settings.signed_url_key
+    return Notifier(
+        lambda: app.state.store,
+        app.state.deliverer,
+        clock=clock,
+        # a lease outlives a delivery's longest try (its slot wait and its request), with room to finish it
+        lease_ms=int((2 * n.webhook_timeout + 10) * 1000),
+        batch=n.max_concurrent,
+        interval=NOTIFIER_INTERVAL_S,
+        signing_key=None if key is None else key.get_secret_value().encode(),
+        notice_ttl=settings.limits.default_subscription_ttl,
+    )
+
+
 def create_app(
     settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None
 ) -> FastAPI:
@@ -100,7 +121,10 @@ def create_app(
     @asynccontextmanager
     async def sweeping(active: Store) -> AsyncIterator[None]:
         """The background work of every process: the sweeper (unless turned off) and redrive adoption."""
-        tasks = [asyncio.create_task(app.state.redrive.run_forever(), name="charon-redrive")]
+        tasks = [
+            asyncio.create_task(app.state.redrive.run_forever(), name="charon-redrive"),
+            asyncio.create_task(app.state.notifier.run(), name="charon-notifier"),
+        ]
         if settings.sweep_interval > 0:
             sweeper = run_sweeper(active, settings.sweep_interval)
             tasks.append(asyncio.create_task(sweeper, name="charon-sweeper"))
@@ -113,6 +137,7 @@ def create_app(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await app.state.deliverer.aclose()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -165,13 +190,17 @@ def create_app(
     app.state.redrive = RedriveRunner(
         lambda: app.state.store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)
     )
+    app.state.deliverer = Deliverer(settings.notifications)
+    app.state.notifier = notifier(app, settings, clock)
     app.state.long_polls = LongPolls(
         lambda: app.state.store, clock=clock, max_waiting=settings.limits.max_waiting_claims
     )
     if store is not None:
         app.state.store = store
     register_error_handlers(app)
-    declared = [r for m in (messages, claims, health, queues, redrive, admin) for r in m.router.routes]
+    declared = [
+        r for m in (messages, claims, health, queues, subscriptions, redrive, admin) for r in m.router.routes
+    ]
     # The router tries routes in order, a regular expression each: the hot routes go first (no route
     # shadows another, so the order changes nothing else; tests/api/test_dispatch.py).
     hot = [r for r in declared if isinstance(r, PlainRoute)]

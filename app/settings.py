@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from service.delivery import NotificationSettings
 
 from api.auth import AuthMode
 from api.keystone import KeystoneSettings
@@ -162,3 +163,18 @@ class Settings(BaseSettings):
     limits: Limits = Field(
         default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
     )
+
+    notifications: NotificationSettings = Field(
+        default_factory=NotificationSettings,
+        description="How subscriptions are told (webhook, mailto): e.g. "
+        "CHARON_NOTIFICATIONS__WEBHOOK_TIMEOUT.",
+    )
+
+    @model_validator(mode="after")
+    def _confirmation_needs_a_key(self) -> Settings:
+        if self.notifications.require_confirmation and self.signed_url_key is None:
+            raise ValueError(
+                "CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION needs CHARON_SIGNED_URL_KEY: a confirmation "
+                "request carries a pre-signed URL"
+            )
+        return self

@@ -11,6 +11,7 @@ from typing import Any
 
 from core.errors import InvalidInput
 from core.limits import Limits, check_name, is_name
+from core.retry import parse_retry_policy
 
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"
 DEFAULT_MESSAGE_DELAY = "_default_message_delay"
@@ -27,6 +28,7 @@ REDELIVERY_LEVELS = "_redelivery_delay_levels"
 DEAD_LETTER_ON_EXPIRY = "_dead_letter_on_expiry"
 MAX_MESSAGE_TTL = "_max_message_ttl"
 ENCRYPT_MESSAGES = "_enable_encrypt_messages"  # Zaqar's; Charon has no encryption at rest (yet): only false
+RETRY_POLICY = "_retry_policy"  # Zaqar's: how subscriptions' deliveries are retried (core/retry.py)
 
 RESERVED = (
     DEFAULT_MESSAGE_TTL,
@@ -44,6 +46,7 @@ RESERVED = (
     DEAD_LETTER_ON_EXPIRY,
     MAX_MESSAGE_TTL,
     ENCRYPT_MESSAGES,
+    RETRY_POLICY,
 )
 
 MAX_MULTIPLIER = 100.0
@@ -145,6 +148,8 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
             f"{DEFAULT_MESSAGE_TTL} ({default_ttl}) must not exceed {MAX_MESSAGE_TTL} ({max_ttl})."
         )
     dead_letter_ttl = _int_in(meta, DEAD_LETTER_TTL, limits.min_message_ttl, limits.max_message_ttl)
+    if meta.get(RETRY_POLICY) is not None:  # read by the notifier, not the stores
+        parse_retry_policy(meta[RETRY_POLICY], RETRY_POLICY)
     on_expiry = meta.get(DEAD_LETTER_ON_EXPIRY)
     on_expiry = False if on_expiry is None else on_expiry  # null: unset, like every reserved key
     if not isinstance(on_expiry, bool):

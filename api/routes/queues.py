@@ -208,9 +208,10 @@ async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response
 async def purge_queue(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
     raw = await read_object(request, max_size=limits.max_queue_metadata, what="The purge body")
     body = validate_body(PurgeIn, raw)
-    # Charon has no subscriptions, so only "messages" has anything to purge.
     if body.resource_types is None or "messages" in body.resource_types:
         await store.purge(q)
+    if body.resource_types is None or "subscriptions" in body.resource_types:
+        await store.purge_subscriptions(q)
     return Response(status_code=204)
 
 

@@ -1,0 +1,199 @@
+"""Subscriptions (Zaqar v2): who is told of every message posted to a queue, or dead-lettered into it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import orjson
+from core.retry import parse_retry_policy
+from fastapi import Request, Response
+from pydantic import Field
+from service.delivery import check_options
+from service.ssrf import check_subscriber
+
+from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_object, validate_body
+from api.ids import SubscriptionIdDep
+from api.params import QUERY, QueryModel
+from api.render import json_response
+from api.routing import Router
+from api.schemas import (
+    ConfirmIn,
+    ErrorOut,
+    SubscriptionCreated,
+    SubscriptionIn,
+    SubscriptionOut,
+    SubscriptionPatch,
+    SubscriptionsPage,
+    json_body,
+)
+from core.errors import InvalidBody, SubscriptionExists
+from core.limits import Limits, check_json_depth, check_page_limit, check_range, is_valid_id
+from core.models import Subscription, SubscriptionId
+
+router = Router(tags=["subscriptions"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+
+S = "/v2/queues/{queue_name}/subscriptions"
+
+
+def _shown(s: Subscription, now_ms: int) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "source": s.queue,
+        "subscriber": s.subscriber,
+        "ttl": s.ttl,
+        "age": s.age(now_ms),
+        "options": s.options,
+        "confirmed": s.confirmed,
+    }
+
+
+def _options(options: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """`options` checked: its size, depth, and the fields the service reads (400 naming the field)."""
+    size = len(orjson.dumps(options))
+    if size > limits.max_subscription_options:
+        raise InvalidBody(
+            f"options may be at most {limits.max_subscription_options} bytes of JSON "
+            f"(CHARON_LIMITS__MAX_SUBSCRIPTION_OPTIONS); got {size}."
+        )
+    check_json_depth(options, limits, "options")
+    if options.get("_retry_policy") is not None:
+        parse_retry_policy(options["_retry_policy"], "options._retry_policy")
+    check_options(options)
+    return options
+
+
+def _subscriber(uri: str, limits: Limits, request: Request) -> str:
+    allowed = request.app.state.settings.notifications.allowed_networks
+    return check_subscriber(uri, limits, allowed_networks=allowed)
+
+
+def _ttl(ttl: int, limits: Limits) -> int:
+    return check_range(ttl, limits.min_subscription_ttl, limits.max_subscription_ttl, "ttl")
+
+
+class ListQuery(QueryModel):
+    marker: str | None = Field(None, description="Id of the last subscription of the previous page.")
+    limit: int | None = Field(None, description="Page size, 1 to 20.")
+
+
+@router.post(
+    S,
+    status_code=201,
+    response_model=SubscriptionCreated,
+    summary="Subscribe to the queue (Zaqar's): 201 with its id; 409 when this subscriber has one already",
+    description="Each message posted to the queue, and each dead letter moved into it (with its "
+    "`dead_letter` provenance), is delivered to the subscriber at least once, from a durable outbox, "
+    "retried by the queue's (or the subscription's) `_retry_policy`. Creates the queue when absent. When "
+    "the operator requires confirmation (CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION), a new subscription "
+    "is first sent a confirmation request with a pre-signed URL for `PUT .../confirm`, and told nothing "
+    "else until confirmed; posting it again while unconfirmed sends the request again (201).",
+    openapi_extra=json_body(SubscriptionIn),
+    responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+)
+async def create_subscription(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
+    raw = await read_object(request, max_size=limits.max_subscription_options + 16_384, what="A subscription")
+    body = validate_body(SubscriptionIn, raw)
+    subscriber = _subscriber(body.subscriber, limits, request)
+    ttl = _ttl(limits.default_subscription_ttl if body.ttl is None else body.ttl, limits)
+    options = _options(body.options or {}, limits)
+    confirmation = request.app.state.settings.notifications.require_confirmation
+    subscription, created = await store.create_subscription(
+        q,
+        SubscriptionId(uuid.uuid4().hex),
+        subscriber=subscriber,
+        ttl=ttl,
+        options=options,
+        confirmed=not confirmation,
+        max_per_queue=limits.max_subscriptions_per_queue,
+    )
+    if not created and subscription.confirmed:
+        raise SubscriptionExists(
+            f"Queue {q.name} has a subscription for this subscriber already ({subscription.id}); "
+            "subscriptions are unique by project, queue and subscriber."
+        )
+    return json_response({"subscription_id": subscription.id}, 201, {"Location": f"{request.url.path}"})
+
+
+@router.get(S, response_model=SubscriptionsPage, summary="List the queue's subscriptions, in id order")
+async def list_subscriptions(
+    q: QueueDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    clock: ClockDep,
+    params: Annotated[ListQuery, QUERY],
+) -> Response:
+    size = check_page_limit(
+        params.limit if params.limit is not None else limits.default_messages_per_page, limits
+    )
+    if params.marker is not None and not is_valid_id(params.marker):
+        raise InvalidBody(
+            "marker must be the id of the last subscription of the previous page; "
+            f"got {params.marker[:40]!r}."
+        )
+    page = await store.list_subscriptions(q, marker=params.marker, limit=size)
+    now = clock.now_ms()
+    links = []
+    if page.next_marker is not None:
+        query = urlencode({"marker": page.next_marker, "limit": size})
+        links.append({"rel": "next", "href": f"/v2/queues/{q.name}/subscriptions?{query}"})
+    return json_response({"subscriptions": [_shown(s, now) for s in page.items], "links": links})
+
+
+@router.get(f"{S}/{{subscription_id}}", response_model=SubscriptionOut, summary="A subscription")
+async def get_subscription(
+    q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep, clock: ClockDep
+) -> Response:
+    return json_response(_shown(await store.get_subscription(q, subscription_id), clock.now_ms()))
+
+
+@router.patch(
+    f"{S}/{{subscription_id}}",
+    status_code=204,
+    summary="Change a subscription's subscriber, ttl (counted from now) or options",
+    openapi_extra=json_body(SubscriptionPatch),
+    responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
+)
+async def update_subscription(
+    q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep, limits: LimitsDep, request: Request
+) -> Response:
+    raw = await read_object(request, max_size=limits.max_subscription_options + 16_384, what="The change")
+    body = validate_body(SubscriptionPatch, raw)
+    if not raw:
+        raise InvalidBody("Give at least one of subscriber, ttl and options to change.")
+    await store.update_subscription(
+        q,
+        subscription_id,
+        subscriber=None if body.subscriber is None else _subscriber(body.subscriber, limits, request),
+        ttl=None if body.ttl is None else _ttl(body.ttl, limits),
+        options=None if body.options is None else _options(body.options, limits),
+    )
+    return Response(status_code=204, headers={"Location": request.url.path})
+
+
+@router.delete(
+    f"{S}/{{subscription_id}}", status_code=204, summary="Unsubscribe (what it is owed is dropped)"
+)
+async def delete_subscription(q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep) -> Response:
+    await store.delete_subscription(q, subscription_id)
+    return Response(status_code=204)
+
+
+@router.put(
+    f"{S}/{{subscription_id}}/confirm",
+    status_code=204,
+    summary="Confirm a subscription, or unsubscribe it with confirmed false (Zaqar's)",
+    description="`confirmed: false` stops its notifications and sends it an `UnsubscribeConfirmation` "
+    "(with a pre-signed URL to confirm again). A subscriber usually calls this with the pre-signed URL "
+    "headers of its confirmation request, without a token.",
+    openapi_extra=json_body(ConfirmIn),
+    responses={404: {"model": ErrorOut}},
+)
+async def confirm_subscription(
+    q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep, limits: LimitsDep, request: Request
+) -> Response:
+    raw = await read_object(request, max_size=1024, what="The confirmation")
+    body = validate_body(ConfirmIn, raw)
+    await store.confirm_subscription(q, subscription_id, confirmed=body.confirmed)
+    return Response(status_code=204, headers={"Location": request.url.path})
