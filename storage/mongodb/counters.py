@@ -16,7 +16,7 @@ next marker is posted and deleted: its write then lands below markers already se
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pymongo import ReturnDocument
@@ -26,31 +26,41 @@ from core.errors import OutcomeUnknown, StorageUnavailable
 from core.models import QueueRef
 from storage.mongodb.errors import after_commit
 from storage.mongodb.queries import Doc
-from storage.mongodb.schema import COUNTER, MESSAGE, QUEUE, Collections, counter_key, queue_key
+from storage.mongodb.schema import (
+    COUNTER,
+    MARKER_INDEX,
+    MESSAGE,
+    QUEUE,
+    Collections,
+    counter_key,
+    new_queue,
+    queue_key,
+)
 
 MARKER_ATTEMPTS = 1000  # give up (503) only under contention no real load produces
 DUPLICATE_KEY = 11000
 
 
 async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
-    """The queue's document, created (empty metadata) when absent, as a post or a move into a DLQ does."""
-    doc = await c.queues.find_one(queue_key(q), {QUEUE.POLICY: 1})
+    """The queue's document (its policy, and whether it has subscriptions), created (empty metadata) when
+    absent, as a post or a move into a DLQ does."""
+    doc = await c.queues.find_one(queue_key(q), {QUEUE.POLICY: 1, QUEUE.SUBSCRIPTIONS: 1})
     if doc is not None:
         return doc
     with contextlib.suppress(DuplicateKeyError):  # created concurrently
         await c.queues.update_one(
             queue_key(q),
-            {"$setOnInsert": {QUEUE.META: "{}", QUEUE.POLICY: {}, QUEUE.CREATED: now}},
+            {"$setOnInsert": new_queue(now)},
             upsert=True,
         )
     return {QUEUE.POLICY: {}}
 
 
-async def count(c: Collections, q: QueueRef, field: str, n: int) -> None:
-    """Add `n` to one of the queue's counters (n_dl, n_disc, n_rcv), after the moves it counts: a failure
-    leaves the counter short (as a crash there would), never fails the moves."""
+async def count(c: Collections, q: QueueRef, counts: Mapping[str, int]) -> None:
+    """Add to the queue's counters (n_dl, n_rsn.<reason>, n_disc, n_rcv, n_rdr: path -> n), after the moves
+    they count: a failure leaves them short (as a crash there would), never fails the moves."""
     await after_commit(
-        c.counters.update_one(counter_key(q), {"$inc": {field: n}}, upsert=True), f"counting {field}"
+        c.counters.update_one(counter_key(q), {"$inc": dict(counts)}, upsert=True), f"counting {list(counts)}"
     )
 
 
@@ -72,7 +82,13 @@ async def _heal(c: Collections, q: QueueRef, taken: int) -> int:
     return now_at
 
 
-def _contended(q: QueueRef, *, partly: bool = False) -> StorageUnavailable:
+def marker_taken(exc: DuplicateKeyError | BulkWriteError) -> bool:
+    """Whether a duplicate key is a message marker (someone else's), not a message id or a record."""
+    text = str(exc.details if isinstance(exc, BulkWriteError) else exc)
+    return MARKER_INDEX in text
+
+
+def contended(q: QueueRef, *, partly: bool = False) -> StorageUnavailable:
     cls = OutcomeUnknown if partly else StorageUnavailable
     return cls(f"Queue {q.name!r} is too busy to take a marker.")
 
@@ -97,7 +113,7 @@ async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> N
             continue
         await after_commit(_raise_counter(c, q, pending[-1][MESSAGE.MARKER]), "raising the marker counter")
         return
-    raise _contended(q, partly=len(pending) < len(docs))
+    raise contended(q, partly=len(pending) < len(docs))
 
 
 async def reserve_markers(c: Collections, q: QueueRef, n: int) -> int:
@@ -130,7 +146,7 @@ async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[t
                 marker += 1
             break
         else:
-            raise _contended(target)
+            raise contended(target)
     if moved:
         await after_commit(_raise_counter(c, target, marker - 1), "raising the marker counter")
     return moved

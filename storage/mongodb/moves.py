@@ -1,10 +1,12 @@
 """Dead-letter moves and the per-queue housekeeping that triggers them (ARCHITECTURE.md §3).
 
 The move of one message is one update_one of its document: `q` becomes the DLQ, it gets its DLQ marker and
-the provenance in the same write, so a crash leaves the message in exactly one queue (promise 1). The update
-is conditioned on what the caller read (a guard: the claim that held it, or that no live claim does), so of
-two processes that race to move or claim a message exactly one wins. The counters (n_dl, n_rcv, n_disc) are
-raised right after: a crash in between can leave them short by the moves in flight, never the messages.
+the provenance in the same write, so a crash leaves the message in exactly one queue (promise 1). Into a DLQ
+with live confirmed subscriptions, the moves and the deliveries they owe are one transaction instead
+(outbox.py), so a crash leaves each message moved with its deliveries, or neither. The update is conditioned
+on what the caller read (a guard: the claim that held it, or that no live claim does), so of two processes
+that race to move or claim a message exactly one wins. The counters (n_dl, n_rsn, n_rcv, n_disc) are raised
+right after: a crash in between can leave them short by the moves in flight, never the messages.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 from core.metadata import QueuePolicy
 from core.models import DeadLetterReason, QueueRef, Rejection
 from storage.mongodb.counters import count, ensure_queue, move_with_markers
+from storage.mongodb.outbox import move_notifying, subscribers
 from storage.mongodb.queries import Doc, lapsed
-from storage.mongodb.schema import COUNTER, UNCLAIMED, Collections, gc_at
+from storage.mongodb.schema import COUNTER, UNCLAIMED, Collections, by_reason, gc_at
 from storage.mongodb.schema import DEAD_LETTER as DL
 from storage.mongodb.schema import MESSAGE as M
 
@@ -51,11 +54,11 @@ async def dead_letter(
         match = {M.ID: doc[M.ID], M.PROJECT: src.project, M.QUEUE: src.name, **guard}
         discarded += (await c.messages.delete_one(match)).deleted_count
     if discarded:
-        await count(c, src, COUNTER.DISCARDED, discarded)
+        await count(c, src, {COUNTER.DISCARDED: discarded})
     if policy.dead_letter_queue is None:
         return 0, discarded
     target = QueueRef(src.project, policy.dead_letter_queue)
-    await ensure_queue(c, target, now)
+    dlq = await ensure_queue(c, target, now)
     writes = []
     for doc, guard in moves:
         if doc.get(M.NOT_ELIGIBLE):
@@ -91,10 +94,13 @@ async def dead_letter(
         }
         match = {M.ID: doc[M.ID], M.PROJECT: src.project, M.QUEUE: src.name, **guard}
         writes.append((match, {"$set": fields, "$unset": UNCLAIMED}))
-    moved = await move_with_markers(c, target, writes)
+    if owed_to := await subscribers(c, target, dlq, now):
+        moved = await move_notifying(c, target, writes, owed_to, now=now)
+    else:
+        moved = await move_with_markers(c, target, writes)
     if moved:
-        await count(c, src, COUNTER.DEAD_LETTERED, moved)
-        await count(c, target, COUNTER.RECEIVED, moved)
+        await count(c, src, {COUNTER.DEAD_LETTERED: moved, by_reason(reason): moved})
+        await count(c, target, {COUNTER.RECEIVED: moved})
     return moved, discarded
 
 

@@ -8,7 +8,16 @@ from typing import Any
 from pymongo.asynchronous.cursor import AsyncCursor
 
 from core.models import ClaimId, QueueRef
-from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, MARKER_INDEX, Collections
+from storage.mongodb.schema import (
+    CLAIM_INDEX,
+    CLAIMABLE_INDEX,
+    LAPSED_INDEX,
+    MARKER_INDEX,
+    SUBSCRIPTION,
+    SUBSCRIPTIONS_INDEX,
+    Collections,
+    subscriptions_of,
+)
 from storage.mongodb.schema import MESSAGE as M
 
 Doc = dict[str, Any]
@@ -87,3 +96,10 @@ def lapsed(c: Collections, now: int, q: QueueRef | None = None, limit: int = 0) 
     if q is not None:
         query[M.PROJECT], query[M.QUEUE] = q.project, q.name
     return c.messages.find(query, {**MOVE_FIELDS, M.PROJECT: 1, M.QUEUE: 1}).hint(LAPSED_INDEX).limit(limit)
+
+
+def notified(c: Collections, q: QueueRef, now: int) -> AsyncCursor[Doc]:
+    """The ids of the live confirmed subscriptions of `q`: those a post to it, or a move into it, owes."""
+    s = SUBSCRIPTION
+    query = {**subscriptions_of(q), s.EXPIRES: {"$gt": now}, s.CONFIRMED: True}
+    return c.subscriptions.find(query, {s.ID: 1}).hint(SUBSCRIPTIONS_INDEX)

@@ -7,9 +7,17 @@ from itertools import groupby
 from typing import Any
 
 from core.models import QueueRef, RedriveSpec, RedriveTask, TaskId, TaskStatus
-from storage.mongodb.counters import ensure_queue, move_with_markers
+from storage.mongodb.counters import count, ensure_queue, move_with_markers
 from storage.mongodb.queries import Doc, not_claimed
-from storage.mongodb.schema import MARKER_INDEX, REDRIVES_PATH, TASK, UNCLAIMED, Collections, message_of
+from storage.mongodb.schema import (
+    COUNTER,
+    MARKER_INDEX,
+    REDRIVES_PATH,
+    TASK,
+    UNCLAIMED,
+    Collections,
+    message_of,
+)
 from storage.mongodb.schema import MESSAGE as M
 
 TASK_KEEP_MS = 7 * 86_400_000  # a finished task's document is kept this long (TTL index on gc)
@@ -93,6 +101,8 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
             writes.append((match, update))
         done = await move_with_markers(c, target, writes)
         moved, skipped = moved + done, skipped + len(writes) - done
+    if moved:
+        await count(c, q, {COUNTER.REDRIVEN: moved})
     finished = (
         len(docs) < batch
         or cursor >= task.end_marker

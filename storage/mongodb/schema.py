@@ -16,9 +16,11 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             rr/rd a rejection's text), gc (Date: e + slack, the TTL index's backstop should no sweeper run;
             the sweeper deletes expired messages well before it)
   queues    p, n (name), meta (JSON text, so any key is allowed), pol {dttl ddelay maxpost maxcc dlq dlqttl
-            bo expttl maxttl} (the reserved keys parsed), cr. Written by metadata writes (in transactions) and
-            lazy creation.
-  counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_disc, n_rcv (received).
+            bo expttl maxttl} (the reserved keys parsed), cr, subs (how many subscription documents the queue
+            has: absent or 0 lets a post or a move into it skip the outbox). Written by metadata writes (in
+            transactions), lazy creation, and every subscription write (in its transaction).
+  counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_rsn {max_claims, expired,
+            rejected} (n_dl by reason), n_disc, n_rcv (received), n_rdr (redriven out of it, as a DLQ).
             Written by posts and moves, never in a transaction (counters.py says why).
   claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends)
   projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
@@ -27,9 +29,16 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             owner, lease (ms)
   idempotency  _id {p, q, k (an Idempotency-Key)}: fp (the post's fingerprint), ids, until (ms: the end of its
             window), gc (Date, TTL index). Written in the same transaction as the post's messages.
+  subscriptions  _id (subscription id), p, q, u (subscriber URI, unique per p, q), ttl (s), opt (options, JSON
+            text: round-trips any object exactly), cr, e (expires ms), ok (confirmed), gc (Date, TTL index)
+  deliveries  the outbox: _id, p, q (the subscription's queue), s (subscription id), kind, m (the message as
+            posted or dead-lettered: the message fields _id q b t cr e cl cc dl; absent for a confirmation or
+            an unsubscribe), n (failed attempts), cr, due (ms: due from, or the end of the lease), owner.
+            Written in the same transaction as what owes them (outbox.py).
 
 A message lives in exactly one queue: moving it to a DLQ is one update_one of its `q` (and the DLQ fields),
-so no crash can leave it in two queues or none (ARCHITECTURE.md §3 promise 1).
+so no crash can leave it in two queues or none (ARCHITECTURE.md §3 promise 1). Into a DLQ with subscriptions,
+that update_one and the inserts of its deliveries are one transaction (outbox.py).
 """
 
 from __future__ import annotations
@@ -46,7 +55,18 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
 from core.metadata import Backoff, DeadLetterDefaults, QueuePolicy
-from core.models import ClaimId, DeadLetter, Message, MessageId, QueueRef, Rejection
+from core.models import (
+    ClaimId,
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    Message,
+    MessageId,
+    QueueRef,
+    Rejection,
+    Subscription,
+    SubscriptionId,
+)
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
 
@@ -61,6 +81,10 @@ QUEUE_INDEX = "queue"  # (p, n) unique on queues
 GC_INDEX = "gc"  # (gc) TTL index, on each collection whose documents end
 RUNNABLE_INDEX = "runnable"  # (status, lease) on tasks
 TASKS_INDEX = "by_queue"  # (p, q, cr) on tasks
+SUBSCRIPTIONS_INDEX = "by_queue"  # (p, q, _id, e) on subscriptions: listing, counting, those a post owes
+SUBSCRIBER_INDEX = "subscriber"  # (p, q, u) unique on subscriptions
+DUE_INDEX = "due"  # (due) on deliveries: leasing, the outbox's lag
+OWED_INDEX = "owed"  # (s) on deliveries: what a subscription is owed, dropped with it
 
 
 class Collection(StrEnum):
@@ -72,6 +96,8 @@ class Collection(StrEnum):
     LEASES = "leases"
     TASKS = "tasks"
     IDEMPOTENCY = "idempotency"
+    SUBSCRIPTIONS = "subscriptions"
+    DELIVERIES = "deliveries"
 
     def of(self, namespace: str) -> str:
         """The collection's name in `namespace`."""
@@ -129,6 +155,7 @@ class QueueFields:
     META: str = "meta"
     POLICY: str = "pol"  # PolicyFields, read with policy_of()
     CREATED: str = "cr"
+    SUBSCRIPTIONS: str = "subs"  # how many subscription documents the queue has
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +191,10 @@ class CounterFields:
     QUEUE: str = "q"
     SEQ: str = "seq"  # the marker counter
     DEAD_LETTERED: str = "n_dl"  # moved out to the DLQ
+    BY_REASON: str = "n_rsn"  # {DeadLetterReason: count}: n_dl by reason
     DISCARDED: str = "n_disc"
     RECEIVED: str = "n_rcv"  # dead letters received
+    REDRIVEN: str = "n_rdr"  # moved out by a redrive (this queue as a DLQ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +253,34 @@ class IdempotencyFields:
     GC: str = "gc"
 
 
+@dataclass(frozen=True, slots=True)
+class SubscriptionFields:
+    ID: str = "_id"
+    PROJECT: str = "p"
+    QUEUE: str = "q"
+    SUBSCRIBER: str = "u"
+    TTL: str = "ttl"
+    OPTIONS: str = "opt"  # JSON text
+    CREATED: str = "cr"
+    EXPIRES: str = "e"
+    CONFIRMED: str = "ok"
+    GC: str = "gc"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFields:
+    ID: str = "_id"
+    PROJECT: str = "p"
+    QUEUE: str = "q"  # the subscription's
+    SUBSCRIPTION: str = "s"
+    KIND: str = "kind"  # DeliveryKind
+    MESSAGE: str = "m"  # a message document's DELIVERED fields (MessageFields names)
+    ATTEMPTS: str = "n"
+    CREATED: str = "cr"
+    DUE: str = "due"
+    OWNER: str = "owner"
+
+
 MESSAGE = MessageFields()
 DEAD_LETTER = DeadLetterFields()
 QUEUE = QueueFields()
@@ -235,10 +292,27 @@ PROJECT = ProjectFields()
 LEASE = LeaseFields()
 TASK = TaskFields()
 IDEMPOTENCY = IdempotencyFields()
+SUBSCRIPTION = SubscriptionFields()
+DELIVERY = DeliveryFields()
 
 # Dotted paths into sub-documents, for queries and updates.
 REDRIVES_PATH = f"{MESSAGE.DEAD_LETTER}.{DEAD_LETTER.REDRIVES}"
 COUNTER_PROJECT_PATH = f"{COUNTER.ID}.{COUNTER.PROJECT}"
+# The fields of a message document a delivery keeps (the message as it was posted or dead-lettered).
+DELIVERED = dict.fromkeys(
+    (
+        MESSAGE.ID,
+        MESSAGE.QUEUE,
+        MESSAGE.BODY,
+        MESSAGE.TTL,
+        MESSAGE.CREATED,
+        MESSAGE.EXPIRES,
+        MESSAGE.CLIENT,
+        MESSAGE.CLAIM_COUNT,
+        MESSAGE.DEAD_LETTER,
+    ),
+    1,
+)
 # The $unset that takes a message out of its claim (with the claim's redelivery wait); shared, never mutated.
 UNCLAIMED: Mapping[str, str] = {MESSAGE.CLAIM: "", MESSAGE.CLAIM_END: "", MESSAGE.BACKOFF: ""}
 
@@ -253,6 +327,8 @@ class Collections:
     leases: AsyncCollection[dict[str, Any]]
     tasks: AsyncCollection[dict[str, Any]]
     idempotency: AsyncCollection[dict[str, Any]]
+    subscriptions: AsyncCollection[dict[str, Any]]
+    deliveries: AsyncCollection[dict[str, Any]]
     defaults: DeadLetterDefaults = field(default_factory=DeadLetterDefaults)
 
     @classmethod
@@ -268,6 +344,8 @@ class Collections:
             leases=db[Collection.LEASES.of(namespace)],
             tasks=db[Collection.TASKS.of(namespace)],
             idempotency=db[Collection.IDEMPOTENCY.of(namespace)],
+            subscriptions=db[Collection.SUBSCRIPTIONS.of(namespace)],
+            deliveries=db[Collection.DELIVERIES.of(namespace)],
             defaults=defaults or DeadLetterDefaults(),
         )
 
@@ -298,6 +376,21 @@ class Collections:
         await self.idempotency.create_index(
             [(IDEMPOTENCY.GC, ASCENDING)], name=GC_INDEX, expireAfterSeconds=0
         )
+        s, d = SUBSCRIPTION, DELIVERY
+        pq = [(s.PROJECT, ASCENDING), (s.QUEUE, ASCENDING)]
+        await self.subscriptions.create_indexes(
+            [
+                IndexModel([*pq, (s.ID, ASCENDING), (s.EXPIRES, ASCENDING)], name=SUBSCRIPTIONS_INDEX),
+                IndexModel([*pq, (s.SUBSCRIBER, ASCENDING)], name=SUBSCRIBER_INDEX, unique=True),
+                IndexModel([(s.GC, ASCENDING)], name=GC_INDEX, expireAfterSeconds=0),
+            ]
+        )
+        await self.deliveries.create_indexes(
+            [
+                IndexModel([(d.DUE, ASCENDING)], name=DUE_INDEX),
+                IndexModel([(d.SUBSCRIPTION, ASCENDING)], name=OWED_INDEX),
+            ]
+        )
 
     async def policy(self, q: QueueRef) -> QueuePolicy:
         """The policy in force for `q`: its reserved metadata, with the operator's dead-letter defaults where
@@ -315,6 +408,8 @@ class Collections:
             self.leases,
             self.tasks,
             self.idempotency,
+            self.subscriptions,
+            self.deliveries,
         ):
             await collection.drop()
 
@@ -333,6 +428,27 @@ def idempotency_key(q: QueueRef, key: str) -> dict[str, Any]:
     """The filter that finds the record of Idempotency-Key `key` of `q` in `idempotency`."""
     i = IDEMPOTENCY
     return {i.ID: {i.PROJECT: q.project, i.QUEUE: q.name, i.KEY: key}}
+
+
+def new_queue(now: int) -> dict[str, Any]:
+    """The fields of a queue created lazily (by a post, a move into it, a subscription): empty metadata."""
+    return {QUEUE.META: "{}", QUEUE.POLICY: {}, QUEUE.CREATED: now}
+
+
+def subscription_key(q: QueueRef, subscription_id: str) -> dict[str, Any]:
+    """The filter that finds subscription `subscription_id` of `q` (live or not)."""
+    s = SUBSCRIPTION
+    return {s.ID: subscription_id, s.PROJECT: q.project, s.QUEUE: q.name}
+
+
+def subscriptions_of(q: QueueRef) -> dict[str, Any]:
+    """The filter that finds every subscription of `q` (live or not)."""
+    return {SUBSCRIPTION.PROJECT: q.project, SUBSCRIPTION.QUEUE: q.name}
+
+
+def by_reason(reason: DeadLetterReason) -> str:
+    """The path of the counter of messages dead-lettered out of a queue for `reason`."""
+    return f"{COUNTER.BY_REASON}.{reason}"
 
 
 def gc_at(ms: int) -> dt.datetime:
@@ -417,4 +533,32 @@ def message_of(doc: dict[str, Any]) -> Message:
         client_id=doc[m.CLIENT],
         dead_letter=dead_letter,
         dead_letter_eligible=not doc.get(m.NOT_ELIGIBLE, False),
+    )
+
+
+def subscription_of(doc: dict[str, Any]) -> Subscription:
+    s = SUBSCRIPTION
+    return Subscription(
+        id=SubscriptionId(doc[s.ID]),
+        queue=doc[s.QUEUE],
+        subscriber=doc[s.SUBSCRIBER],
+        ttl=doc[s.TTL],
+        options=dict(orjson.loads(doc[s.OPTIONS])),
+        created_ms=doc[s.CREATED],
+        expires_ms=doc[s.EXPIRES],
+        confirmed=doc[s.CONFIRMED],
+    )
+
+
+def delivery_of(doc: dict[str, Any], subscription: Subscription) -> Delivery:
+    d = DELIVERY
+    message = doc.get(d.MESSAGE)
+    return Delivery(
+        id=doc[d.ID],
+        project=doc[d.PROJECT],
+        subscription=subscription,
+        kind=doc[d.KIND],
+        message=None if message is None else message_of(message),
+        attempts=doc[d.ATTEMPTS],
+        created_ms=doc[d.CREATED],
     )

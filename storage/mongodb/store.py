@@ -6,9 +6,12 @@ Layout and indexes: schema.py. Each operation is atomic where ARCHITECTURE.md §
 - a dead-letter move is one update_one of the message (moves.py, promise 1);
 - markers are handed out so that they become visible in order (counters.py), without the transactions that
   a crashed process would leave holding locks.
-Only metadata writes, which compare-and-set the project's metadata version, use a transaction. Transactions
-need a replica set (one node is enough) or a sharded cluster; a standalone mongod is refused with a clear
-error at first use.
+Transactions (transactions.py) are kept to what needs several documents at once: metadata writes, which
+compare-and-set the project's metadata version; a post with an Idempotency-Key (its record); a post to, or a
+dead-letter move into, a queue with live confirmed subscriptions (the deliveries it owes, outbox.py); the
+subscription writes (subscriptions.py). A queue without subscriptions costs a post or a move nothing more
+than the read of its document it did already. Transactions need a replica set (one node is enough) or a
+sharded cluster; a standalone mongod is refused with a clear error at first use.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from core.models import (
     Claim,
     ClaimId,
     ClaimResult,
+    Delivery,
     Idempotency,
     Message,
     MessageId,
@@ -54,14 +58,24 @@ from core.models import (
     RedriveSpec,
     RedriveTask,
     Rejection,
+    Subscription,
+    SubscriptionId,
     TaskId,
 )
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
+from storage.mongodb import outbox, subscriptions
 from storage.mongodb.claims import take_messages
-from storage.mongodb.counters import MARKER_ATTEMPTS, ensure_queue, insert_in_order, reserve_markers
+from storage.mongodb.counters import (
+    MARKER_ATTEMPTS,
+    ensure_queue,
+    insert_in_order,
+    marker_taken,
+    reserve_markers,
+)
 from storage.mongodb.errors import after_commit, unavailable_as_domain_error
 from storage.mongodb.metadata import write_metadata
 from storage.mongodb.moves import dead_letter, group_ids, housekeep
+from storage.mongodb.outbox import insert_notifying, owe, subscribers
 from storage.mongodb.queries import Doc, claimable, held, held_by, listing, not_claimed
 from storage.mongodb.redrive import TASK_KEEP_MS, redrive_batch, task_of
 from storage.mongodb.schema import (
@@ -86,12 +100,12 @@ from storage.mongodb.schema import (
 )
 from storage.mongodb.schema import MESSAGE as M
 from storage.mongodb.sweeper import sweep_all, take_lease
+from storage.mongodb.transactions import in_transaction
 from storage.mongodb.wakeups import MongoWakeups
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-TRANSACTION_TIMEOUT_S = 10
 SERVER_SELECTION_TIMEOUT_MS = 5000  # unless the URI says otherwise: fail fast with 503, not after 30 s
 BACKGROUND_TIMEOUT_S = 60.0  # the sweeper's and a redrive step's deadline: more work, nobody waiting
 
@@ -110,15 +124,24 @@ READS = frozenset(
         "ping",
         "lease_redrives",
         "release_redrive",
+        "get_subscription",
+        "list_subscriptions",
+        "lease_deliveries",
+        "finish_delivery",
+        "outbox_stats",
     }
 )
-BACKGROUND = frozenset({"sweep", "redrive_step", "lease_redrives", "release_redrive"})
-
-
-def _marker_taken(exc: DuplicateKeyError | BulkWriteError) -> bool:
-    """Whether a duplicate key is a message marker (someone else's), not a message id or a record."""
-    text = str(exc.details if isinstance(exc, BulkWriteError) else exc)
-    return MARKER_INDEX in text
+BACKGROUND = frozenset(
+    {
+        "sweep",
+        "redrive_step",
+        "lease_redrives",
+        "release_redrive",
+        "lease_deliveries",
+        "finish_delivery",
+        "outbox_stats",
+    }
+)
 
 
 def new_id() -> str:
@@ -224,12 +247,7 @@ class MongoStore:
             self._indexed = True
 
     async def _transaction(self, fn: Callable[[AsyncClientSession], Coroutine[Any, Any, R]]) -> R:
-        """Run `fn` in a transaction, retried by the driver on transient errors (write conflicts), for at most
-        TRANSACTION_TIMEOUT_S: a transaction left open by a killed process holds its documents until the
-        server aborts it (transactionLifetimeLimitSeconds, 60 s), and a request should fail (503) before."""
-        with pymongo.timeout(TRANSACTION_TIMEOUT_S):
-            async with self._client.start_session() as session:
-                return await session.with_transaction(fn)
+        return await in_transaction(self._c, fn)
 
     def _now(self) -> int:
         return self._clock.now_ms()
@@ -310,7 +328,7 @@ class MongoStore:
     @_op
     async def delete_queue(self, q: QueueRef) -> None:
         await self._drop_messages(q)
-        await self._c.queues.delete_one(queue_key(q))
+        await subscriptions.delete_queue_document(self._c, q)
         await self._c.counters.delete_one(counter_key(q))
 
     @_op
@@ -343,6 +361,8 @@ class MongoStore:
             dead_lettered=counters.get(COUNTER.DEAD_LETTERED, 0),
             discarded=counters.get(COUNTER.DISCARDED, 0),
             dead_letters_received=counters.get(COUNTER.RECEIVED, 0),
+            dead_lettered_by_reason=dict(counters.get(COUNTER.BY_REASON, {})),
+            redriven=counters.get(COUNTER.REDRIVEN, 0),
         )
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -363,7 +383,8 @@ class MongoStore:
         ids = [MessageId(new_id()) for _ in messages]
 
         # A queue that does not exist yet has no policy, so creating it before the size check is harmless.
-        policy = policy_of(await ensure_queue(self._c, q, now))
+        queue = await ensure_queue(self._c, q, now)
+        policy = policy_of(queue)
         maxpost = policy.max_messages_post_size
         if maxpost is not None and body_size > maxpost:
             raise PayloadTooLarge(
@@ -398,15 +419,22 @@ class MongoStore:
             if not m.dead_letter_eligible:
                 doc[M.NOT_ELIGIBLE] = True
             docs.append(doc)
+        owed_to = await subscribers(self._c, q, queue, now)  # reads nothing when the queue has none
         if idempotency is not None:
-            return await self._post_once(q, docs, idempotency, now)
-        await insert_in_order(self._c, q, docs)  # the markers (k) are set here
+            return await self._post_once(q, docs, idempotency, now, owed_to)
+        if owed_to:
+            await insert_notifying(self._c, q, docs, owed_to, now=now)
+        else:
+            await insert_in_order(self._c, q, docs)  # the markers (k) are set here
         return ids
 
-    async def _post_once(self, q: QueueRef, docs: list[Doc], once: Idempotency, now: int) -> list[MessageId]:
-        """A post with an Idempotency-Key: its messages and the key's record in one transaction, at markers
-        reserved for it beforehand (a transaction must not meet another writer's marker; a marker a plain
-        writer took meanwhile only costs a new reservation). A record still in its window answers instead."""
+    async def _post_once(
+        self, q: QueueRef, docs: list[Doc], once: Idempotency, now: int, owed_to: list[str]
+    ) -> list[MessageId]:
+        """A post with an Idempotency-Key: its messages, the key's record and the notifications it owes in one
+        transaction, at markers reserved for it beforehand (a transaction must not meet another writer's
+        marker; a marker a plain writer took meanwhile only costs a new reservation). A record still in its
+        window answers instead, writing nothing."""
         key = idempotency_key(q, once.key)
         i = IDEMPOTENCY
 
@@ -425,6 +453,7 @@ class MongoStore:
             until = now + once.window_ms
             fields = {i.FINGERPRINT: once.fingerprint, i.IDS: [d[M.ID] for d in docs], i.UNTIL: until}
             await self._c.idempotency.insert_one({**key, **fields, i.GC: gc_at(until)}, session=s)
+            await owe(self._c, q, owed_to, docs, now=now, session=s)
             return [MessageId(d[M.ID]) for d in docs]
 
         for _ in range(MARKER_ATTEMPTS):
@@ -434,7 +463,7 @@ class MongoStore:
             try:
                 return await self._transaction(post)
             except (DuplicateKeyError, BulkWriteError) as exc:
-                if not _marker_taken(exc):
+                if not marker_taken(exc):
                     raise
         raise StorageUnavailable(f"Queue {q.name!r} is too busy to take a marker.")
 
@@ -833,6 +862,80 @@ class MongoStore:
             },
         )
         return await self.get_redrive(q, task_id)
+
+    # -- subscriptions and the outbox (subscriptions.py, outbox.py) ---------------------------------------
+
+    @_op
+    async def create_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str,
+        ttl: int,
+        options: dict[str, Any],
+        confirmed: bool,
+        max_per_queue: int,
+    ) -> tuple[Subscription, bool]:
+        return await subscriptions.create(
+            self._c,
+            q,
+            subscription_id,
+            subscriber=subscriber,
+            ttl=ttl,
+            options=options,
+            confirmed=confirmed,
+            max_per_queue=max_per_queue,
+            now=self._now(),
+        )
+
+    @_op
+    async def get_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> Subscription:
+        return await subscriptions.get(self._c, q, subscription_id, now=self._now())
+
+    @_op
+    async def list_subscriptions(self, q: QueueRef, *, marker: str | None, limit: int) -> Page[Subscription]:
+        return await subscriptions.listing(self._c, q, marker=marker, limit=limit, now=self._now())
+
+    @_op
+    async def update_subscription(
+        self,
+        q: QueueRef,
+        subscription_id: SubscriptionId,
+        *,
+        subscriber: str | None = None,
+        ttl: int | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        await subscriptions.change(
+            self._c, q, subscription_id, subscriber=subscriber, ttl=ttl, options=options, now=self._now()
+        )
+
+    @_op
+    async def confirm_subscription(
+        self, q: QueueRef, subscription_id: SubscriptionId, *, confirmed: bool
+    ) -> None:
+        await subscriptions.confirm(self._c, q, subscription_id, confirmed=confirmed, now=self._now())
+
+    @_op
+    async def delete_subscription(self, q: QueueRef, subscription_id: SubscriptionId) -> None:
+        await subscriptions.delete(self._c, q, subscription_id, now=self._now())
+
+    @_op
+    async def purge_subscriptions(self, q: QueueRef) -> None:
+        await subscriptions.purge(self._c, q)
+
+    @_op
+    async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
+        return await outbox.lease(self._c, owner, now=self._now(), lease_ms=lease_ms, limit=limit)
+
+    @_op
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+        await outbox.finish(self._c, d.id, retry_at_ms)
+
+    @_op
+    async def outbox_stats(self) -> tuple[int, int | None]:
+        return await outbox.backlog(self._c)
 
     # -- sweeper ------------------------------------------------------------------------------------------
 

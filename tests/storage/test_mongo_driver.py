@@ -1,5 +1,6 @@
 """MongoDB driver internals: the hot queries use their index (explain), a server that cannot run
-transactions is refused with a clear error, and a cancellation does not cut a redrive step in two."""
+transactions is refused with a clear error, a cancellation does not cut a redrive step in two, and a post
+or a move owing notifications writes them in its transaction (and one owing none runs none)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,22 @@ import pytest
 
 from core.clock import ManualClock
 from core.errors import StorageUnavailable
-from core.models import ClaimId, RedriveSpec, TaskId
+from core.models import ClaimId, QueueRef, RedriveSpec, TaskId
 from service.redrive import RedriveRunner
+from storage.mongodb import outbox
 from storage.mongodb import store as store_module
-from storage.mongodb.queries import claim_candidates, held_by, lapsed, listing
-from storage.mongodb.schema import CLAIM_INDEX, CLAIMABLE_INDEX, LAPSED_INDEX, MARKER_INDEX
+from storage.mongodb.queries import claim_candidates, held_by, lapsed, listing, notified
+from storage.mongodb.schema import (
+    CLAIM_INDEX,
+    CLAIMABLE_INDEX,
+    LAPSED_INDEX,
+    MARKER_INDEX,
+    SUBSCRIPTIONS_INDEX,
+)
 from storage.mongodb.store import MongoStore
-from tests.contract.helpers import CLIENT, DLQ, Q, post
+from tests.contract.helpers import CLIENT, DLQ, Q, claim_ids, post, set_policy
 from tests.contract.test_redrive import dead_letter
+from tests.contract.test_subscriptions import subscribe
 from tests.servers import MongoServer
 
 
@@ -70,6 +79,7 @@ async def busy(mongo_store: MongoStore, clock: ManualClock) -> MongoStore:
         ),
         pytest.param(lambda c, now: held_by(c, Q, ClaimId("0" * 32), now), CLAIM_INDEX, id="claim-held"),
         pytest.param(lambda c, now: lapsed(c, now, limit=100), LAPSED_INDEX, id="sweep-lapsed"),
+        pytest.param(lambda c, now: notified(c, Q, now), SUBSCRIPTIONS_INDEX, id="post-owes"),
     ],
 )
 async def test_hot_queries_use_their_index(
@@ -127,3 +137,65 @@ async def test_a_runner_stopped_in_the_middle_of_a_step_keeps_what_the_step_move
     assert (task.status, task.moved) == ("succeeded", 5)
     assert len(await store.get_messages(Q, ids)) == 5  # the limit holds
     assert len(await store.get_messages(DLQ, ids)) == 1
+
+
+class Crash(Exception):
+    """A failure between a write and the deliveries it owes (a process dying there, as far as the server
+    can tell: the transaction never commits)."""
+
+
+async def crashing(*args: Any, **kwargs: Any) -> None:
+    raise Crash
+
+
+async def test_a_move_and_its_deliveries_are_one_transaction(
+    mongo_store: MongoStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = mongo_store
+    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    await subscribe(store, DLQ, "https://hooks.example.com")
+    [mid] = await post(store, Q, "x")
+    cid, _ = await claim_ids(store, Q)
+    monkeypatch.setattr(outbox, "owe", crashing)
+    with pytest.raises(Crash):
+        await store.release_claim(Q, cid)
+    assert [m.id for m in await store.get_messages(Q, [mid])] == [mid]  # not moved
+    assert await store.get_messages(DLQ, [mid]) == []
+    assert await store.outbox_stats() == (0, None)
+    monkeypatch.undo()
+    clock.advance(61)
+    await store.sweep()  # the claim lapsed: moved now, with its delivery
+    assert [m.id for m in await store.get_messages(DLQ, [mid])] == [mid]
+    [d] = await store.lease_deliveries("n", lease_ms=1000, limit=5)
+    assert d.message is not None
+    assert d.message.id == mid
+
+
+async def test_a_post_and_its_deliveries_are_one_transaction(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = mongo_store
+    await subscribe(store, Q, "https://hooks.example.com")
+    monkeypatch.setattr(outbox, "owe", crashing)
+    with pytest.raises(Crash):
+        await post(store, Q, "x")
+    assert (await store.stats(Q)).total == 0
+    assert await store.outbox_stats() == (0, None)
+
+
+async def test_without_subscriptions_posts_and_moves_run_no_transaction(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue none subscribes to pays nothing for the outbox: no transaction, no read of subscriptions."""
+    store = mongo_store
+    await set_policy(store, Q, max_claim_count=1, dead_letter_queue=DLQ.name)
+    await subscribe(store, QueueRef(Q.project, "elsewhere"), "https://hooks.example.com")
+    await subscribe(store, DLQ, "https://gone.example.com")
+    await store.purge_subscriptions(DLQ)
+    monkeypatch.setattr(outbox, "in_transaction", crashing)
+    monkeypatch.setattr(outbox, "notified", crashing)
+    [mid] = await post(store, Q, "x")
+    cid, _ = await claim_ids(store, Q)
+    await store.release_claim(Q, cid)
+    assert [m.id for m in await store.get_messages(DLQ, [mid])] == [mid]
+    assert await store.outbox_stats() == (0, None)

@@ -15,12 +15,20 @@ import dataclasses
 import re
 import uuid
 from importlib import resources
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from core.clock import ManualClock
-from core.models import Idempotency, NewMessage, RedriveSpec, Rejection, TaskId
+from core.models import (
+    DeadLetterReason,
+    Idempotency,
+    NewMessage,
+    RedriveSpec,
+    Rejection,
+    SubscriptionId,
+    TaskId,
+)
 from storage.mongodb import schema
 from storage.mongodb.store import MongoStore
 from tests.contract.helpers import CLIENT, DLQ, Q, claim_ids, post, set_meta
@@ -98,6 +106,13 @@ WHERE = {
     schema.Collection.LEASES: {(): schema.LEASE},
     schema.Collection.TASKS: {(): schema.TASK},  # its spec is RedriveSpec.to_dict()'s, core's
     schema.Collection.IDEMPOTENCY: {(): schema.IDEMPOTENCY, (schema.IDEMPOTENCY.ID,): schema.IDEMPOTENCY},
+    schema.Collection.SUBSCRIPTIONS: {(): schema.SUBSCRIPTION},  # its options are the client's, as JSON text
+    # a delivery keeps the message's own fields
+    schema.Collection.DELIVERIES: {
+        (): schema.DELIVERY,
+        (schema.DELIVERY.MESSAGE,): M,
+        (schema.DELIVERY.MESSAGE, M.DEAD_LETTER): DL,
+    },
 }
 
 
@@ -113,7 +128,8 @@ def _at(doc: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
 async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
     """Each write of the driver once, leaving every field of the layout set on some document: all the policy,
     a live claim with a redelivery wait, dead letters (one rejected), a discard, a redriven message, a
-    finished task, an Idempotency-Key's record, the sweeper's lease and the health probe."""
+    finished task, an Idempotency-Key's record, the sweeper's lease, the health probe, subscriptions of the
+    queue and of its DLQ (one unconfirmed) and their deliveries, one leased and one retried."""
     await set_meta(
         store,
         Q,
@@ -126,6 +142,20 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _redelivery_delay=1,
         _dead_letter_on_expiry=True,
         _max_message_ttl=7200,
+    )
+    for q, subscriber in ((Q, "https://a.example/hook"), (DLQ, "mailto:ops@example.com")):
+        await store.create_subscription(
+            q,
+            SubscriptionId(uuid.uuid4().hex),
+            subscriber=subscriber,
+            ttl=3600,
+            options={"post_data": {"$x": 1}},
+            confirmed=True,
+            max_per_queue=10,
+        )
+    unconfirmed = SubscriptionId(uuid.uuid4().hex)
+    await store.create_subscription(
+        Q, unconfirmed, subscriber="https://b.example", ttl=60, options={}, confirmed=False, max_per_queue=10
     )
     [rejected, *_] = await post(store, Q, "a", "b", "c")
     await post(store, Q, "never a dead letter", eligible=False)
@@ -156,6 +186,8 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
     await claim_ids(store, Q)
     assert await store.sweep(lease_ms=1000) is not None
     await store.check_writable()
+    retried, _leased = await store.lease_deliveries("notifier", lease_ms=10_000, limit=2)
+    await store.finish_delivery(retried, retry_at_ms=clock.now_ms() + 1000)
 
 
 async def test_what_the_driver_writes_has_exactly_the_fields_schema_names(
@@ -175,3 +207,7 @@ async def test_what_the_driver_writes_has_exactly_the_fields_schema_names(
     unused = {type(f).__name__: sorted(set(dataclasses.astuple(f)) - seen[f]) for f in INSTANCES}
     assert {k: v for k, v in unknown.items() if v} == {}, "fields schema.py does not name"
     assert {k: v for k, v in unused.items() if v} == {}, "fields schema.py names that nothing writes"
+    # n_rsn is keyed by the reasons themselves
+    counted = await mongo_store.collections.counters.find().to_list()
+    reasons = {r for doc in counted for r in doc.get(schema.COUNTER.BY_REASON, {})}
+    assert {"max_claims", "rejected"} <= reasons <= set(get_args(DeadLetterReason))
