@@ -65,7 +65,7 @@ def test_empty_policy_is_zaqars_defaults() -> None:
 
 
 def test_full_policy_parses() -> None:
-    given = {
+    given: dict[str, Any] = {
         "retries_with_no_delay": 0,
         "minimum_delay_retries": 1,
         "minimum_delay": 2,
