@@ -31,6 +31,7 @@ from storage.pooling.store import PooledStore
 from storage.redis.store import RedisStore
 from tests.keystone import KEYSTONE_VENV, KeystoneServer
 from tests.keystone import available as keystone_available
+from tests.receivers import HttpReceiver, SmtpReceiver
 from tests.servers import MongoServer, RedisCluster, RedisServer
 
 PROJECT = "project-a"
@@ -242,3 +243,44 @@ def keystone() -> Iterator[KeystoneServer]:
     server = KeystoneServer().start()
     yield server
     server.stop()
+
+
+# --- Notification receivers (tests/receivers.py) -----------------------------------------------------------
+# Real servers on free loopback ports, each in a thread of its own: usable from async tests in this process
+# (`await receiver.arrived(n)`) and from a live `charon serve` (`CharonProcess(uri,
+# env=notification_env(smtp_receiver))`, then `receiver.wait_for(n)`). Webhooks to them need loopback
+# allowed: NotificationSettings(allowed_networks=LOOPBACK_NETWORKS), which notification_env sets.
+
+
+@pytest.fixture
+def webhook_receiver() -> Iterator[HttpReceiver]:
+    """An HTTP receiver answering 200 (change it with .answer(status), .fail(n), .hang())."""
+    receiver = HttpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def failing_receiver() -> Iterator[HttpReceiver]:
+    """An HTTP receiver answering its first 2 requests 503, then 200 (.fail(n, status) to change that)."""
+    receiver = HttpReceiver().start()
+    receiver.fail(2)
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def hanging_receiver() -> Iterator[HttpReceiver]:
+    """An HTTP receiver that records every request and never answers (until the test ends)."""
+    receiver = HttpReceiver().start()
+    receiver.hang()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def smtp_receiver() -> Iterator[SmtpReceiver]:
+    """An SMTP server (aiosmtpd) recording every mail; .fail(n) refuses the next n with a 451."""
+    receiver = SmtpReceiver().start()
+    yield receiver
+    receiver.stop()

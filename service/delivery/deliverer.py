@@ -1,0 +1,177 @@
+"""`Deliverer`: one notification to one subscriber, webhook or mail, within bounds: each delivery takes
+at most webhook_timeout (smtp_timeout for a mail) once it has a slot; at most max_concurrent are in flight in
+the process and max_per_subscriber to one subscription, so a subscriber that hangs holds only its own
+slots; and the SSRF guard (service/ssrf.py) vets every address a webhook connects to."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from core.errors import InvalidInput
+from core.models import Subscription
+from core.retry import parse_retry_policy
+from service.delivery.mailto import check_mail_options, send_mail
+from service.delivery.outcome import Outcome, failed, retry
+from service.delivery.settings import NotificationSettings
+from service.delivery.webhook import outcome_of_status, webhook_request
+from service.ssrf import PinnedTransport, Refused
+
+MAX_ANSWER_BYTES = (
+    64 * 1024
+)  # of a webhook's answer read (so that its connection can be kept); the rest is not
+KEEPALIVE_CONNECTIONS = 64
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """The options a delivery uses, checked when a subscription is created or changed (Zaqar takes any
+    object): post_data a string, post_headers an object of strings, subject and from single-line strings,
+    _retry_policy (core/retry.py). Other keys are the client's own. Raises InvalidInput naming the option."""
+    webhook_request(options, {})
+    check_mail_options(options)
+    if "_retry_policy" in options:
+        parse_retry_policy(options["_retry_policy"], field="options._retry_policy")
+
+
+@dataclass(slots=True)
+class _Slots:
+    """One subscription's slots; kept while a delivery to it holds or waits for one."""
+
+    semaphore: asyncio.Semaphore
+    users: int = 0
+    active: int = 0
+
+
+class Deliverer:
+    """Sends notifications; one per process (it holds the HTTP connection pool). Close it with aclose()."""
+
+    def __init__(self, settings: NotificationSettings) -> None:
+        self.settings = settings
+        self._slots = asyncio.Semaphore(settings.max_concurrent)
+        self._subscriptions: dict[str, _Slots] = {}
+        self._active = 0
+        limits = httpx.Limits(
+            max_connections=settings.max_concurrent,
+            max_keepalive_connections=min(settings.max_concurrent, KEEPALIVE_CONNECTIONS),
+        )
+        self._client = httpx.AsyncClient(
+            transport=PinnedTransport(settings.allowed_networks, limits=limits),
+            timeout=httpx.Timeout(settings.webhook_timeout),
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def __aenter__(self) -> Deliverer:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def in_flight(self, subscription_id: str | None = None) -> int:
+        """Deliveries being sent now, in the process or to one subscription."""
+        if subscription_id is None:
+            return self._active
+        slots = self._subscriptions.get(subscription_id)
+        return 0 if slots is None else slots.active
+
+    async def deliver(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
+        """Send `document` to `subscription`'s subscriber once: POST it to an http(s) URI, mail it to a
+        mailto: one. Waits at most webhook_timeout for a slot (then a `retry` outcome, not attempted)."""
+        try:
+            scheme = urlsplit(subscription.subscriber).scheme.lower()
+        except ValueError:
+            return failed("the subscriber is not a valid URI")
+        send: Callable[[Subscription, dict[str, Any]], Awaitable[Outcome]]
+        if scheme in ("http", "https"):
+            send = self._post
+        elif scheme == "mailto":
+            send = self._mail
+        else:
+            return failed(f"unsupported subscriber scheme {scheme[:20]!r}")
+        slots = self._subscriptions.get(subscription.id)
+        if slots is None:
+            slots = self._subscriptions[subscription.id] = _Slots(
+                asyncio.Semaphore(self.settings.max_per_subscriber)
+            )
+        slots.users += 1
+        deadline = asyncio.get_running_loop().time() + self.settings.webhook_timeout
+        try:
+            # the subscription's slot first: deliveries waiting on a hanging subscriber hold no process slot
+            if not await _acquire(slots.semaphore, deadline):
+                return retry(
+                    f"busy: {self.settings.max_per_subscriber} deliveries to this subscription in flight",
+                    attempted=False,
+                )
+            try:
+                if not await _acquire(self._slots, deadline):
+                    return retry(
+                        f"busy: {self.settings.max_concurrent} deliveries in flight in this process",
+                        attempted=False,
+                    )
+                slots.active += 1
+                self._active += 1
+                try:
+                    return await send(subscription, document)
+                finally:
+                    slots.active -= 1
+                    self._active -= 1
+                    self._slots.release()
+            finally:
+                slots.semaphore.release()
+        finally:
+            slots.users -= 1
+            if slots.users == 0:
+                del self._subscriptions[subscription.id]
+
+    async def _post(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
+        try:
+            body, headers = webhook_request(subscription.options, document)
+        except InvalidInput as exc:
+            return failed(exc.description)
+        timeout = self.settings.webhook_timeout
+        try:
+            async with (
+                asyncio.timeout(timeout),
+                self._client.stream("POST", subscription.subscriber, content=body, headers=headers) as answer,
+            ):
+                read = 0
+                async for chunk in answer.aiter_raw():
+                    read += len(chunk)
+                    if read >= MAX_ANSWER_BYTES:
+                        break
+        except Refused as exc:
+            return failed(f"refused: {exc}")
+        except (TimeoutError, httpx.TimeoutException):
+            return retry(f"no answer within {timeout:g} s")
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            return failed(f"{type(exc).__name__}: {str(exc)[:200]}")
+        except httpx.TransportError as exc:  # could not connect, or the connection broke
+            return retry(f"{type(exc).__name__}: {str(exc)[:200]}")
+        return outcome_of_status(answer.status_code, answer.headers.get("location"))
+
+    async def _mail(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
+        try:
+            async with asyncio.timeout(self.settings.smtp_timeout):
+                return await send_mail(self.settings, subscription.subscriber, subscription.options, document)
+        except TimeoutError:
+            return retry(f"SMTP: not sent within {self.settings.smtp_timeout:g} s")
+
+
+async def _acquire(semaphore: asyncio.Semaphore, deadline: float) -> bool:
+    try:
+        async with asyncio.timeout_at(deadline):
+            await semaphore.acquire()
+    except TimeoutError:
+        return False
+    return True

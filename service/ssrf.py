@@ -1,0 +1,257 @@
+"""The guard that keeps webhook notifications from being aimed at the service's own side of the network
+(server-side request forgery): a tenant must not make Charon POST to its loopback, to a cloud's metadata
+service (169.254.169.254) or to other addresses no tenant's receiver can have.
+
+Two checks:
+
+- `check_subscriber`, when a subscription is created or changed (pure, no I/O): the URI's shape, and an IP
+  literal host in a refused network is a 400 at once;
+- at delivery time (`PinnedBackend`, used by service/delivery): the host is resolved, refused when ANY of its
+  addresses is loopback, link-local (169.254.0.0/16, fe80::/10), unspecified, multicast or reserved (or
+  0.0.0.0/8, which Linux treats as this host), and the connection is made to the address that was checked,
+  so a name that resolves elsewhere a moment later (DNS rebinding) gains nothing.
+
+Private networks (RFC 1918's 10/8, 172.16/12, 192.168/16, and IPv6 fc00::/7) are allowed: OpenStack
+tenants' receivers often live there. An operator allows refused networks too with `allowed_networks`
+(CHARON_NOTIFICATIONS__ALLOWED_NETWORKS), e.g. 127.0.0.0/8 for a receiver on the same host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import httpcore
+import httpx
+
+from core.errors import InvalidInput
+from core.limits import Limits
+
+SUPPORTED_SCHEMES = ("http", "https", "mailto")
+FIELD = "subscriber"
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # connecting to 0.x.x.x reaches this host on Linux
+_REFUSED_KINDS = (
+    ("is_loopback", "loopback"),
+    ("is_link_local", "link-local"),
+    ("is_unspecified", "unspecified"),
+    ("is_multicast", "multicast"),
+    ("is_reserved", "reserved"),
+)
+_LEGACY_IPV4 = re.compile(r"[0-9a-fx.]+")  # 127.1, 2130706433, 0x7f.0.0.1: forms inet_aton reads as IPv4
+_ADDRESS = re.compile(
+    r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
+    r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+MAX_ADDRESS = 254
+
+
+class Refused(Exception):
+    """A webhook's host is refused by the guard at delivery time; the message says which address and why."""
+
+
+def refusal(address: Address, allowed: Iterable[Network] = ()) -> str | None:
+    """Why `address` may not be reached ("loopback", ...), or None when it may: a network in `allowed`
+    overrides every refusal. An IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged as its IPv4 one."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if any(address.version == n.version and address in n for n in allowed):
+        return None
+    for attribute, kind in _REFUSED_KINDS:
+        if getattr(address, attribute):
+            return kind
+    if isinstance(address, ipaddress.IPv4Address) and address in _THIS_NETWORK:
+        return "this-network (0.0.0.0/8)"
+    return None
+
+
+def ip_literal(host: str) -> Address | None:
+    """The address when `host` (as urlsplit gives it: lowercase, no brackets) is an IP literal, including
+    the legacy IPv4 forms a resolver reads as one (127.1, 2130706433, 0x7f.1); pure, no lookup."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if _LEGACY_IPV4.fullmatch(host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Mailto:
+    address: str
+    subject: str | None
+
+
+def parse_mailto(uri: str) -> Mailto:
+    """A `mailto:` subscriber: exactly one plausible address and at most a `subject` header (Zaqar reads it
+    with parse_qs, so `+` is a space). Raises InvalidInput naming `subscriber`."""
+    parts = urlsplit(uri)
+    address = unquote(parts.path)
+    if parts.netloc or not _ADDRESS.fullmatch(address) or len(address) > MAX_ADDRESS:
+        raise InvalidInput(
+            f"{FIELD} must name exactly one e-mail address after mailto: (like mailto:ops@example.com); "
+            f"got {_shown(uri)}."
+        )
+    subject: str | None = None
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key.lower() != "subject":
+            raise InvalidInput(f"A mailto: {FIELD} may only have a subject header; got {_shown(key)}.")
+        if subject is not None:
+            raise InvalidInput(f"A mailto: {FIELD} may have one subject header; got two.")
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise InvalidInput(f"The subject of a mailto: {FIELD} must not contain control characters.")
+        subject = value
+    return Mailto(address, subject)
+
+
+def check_subscriber(uri: str, limits: Limits, *, allowed_networks: Sequence[Network] = ()) -> str:
+    """Validate a subscriber URI given to create or change a subscription, without I/O: http, https or
+    mailto; at most limits.max_subscriber_length characters; an http(s) URI has a host, no user:password@
+    and a port in range; a mailto: URI is what `parse_mailto` takes; an IP-literal host in a refused network
+    (see `refusal`; private networks are allowed) is refused unless in `allowed_networks`. A host name is
+    only checked when a notification is delivered. Returns `uri`; raises InvalidInput naming `subscriber`."""
+    if not isinstance(uri, str) or not uri:
+        raise InvalidInput(f"{FIELD} must be a non-empty string (an http, https or mailto URI).")
+    if len(uri) > limits.max_subscriber_length:
+        raise InvalidInput(
+            f"{FIELD} must be at most {limits.max_subscriber_length} characters long; got {len(uri)}."
+        )
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in uri):
+        raise InvalidInput(f"{FIELD} must not contain spaces or control characters (percent-encode them).")
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - parsed here: ValueError when not a number or above 65535
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{FIELD} is not a valid URI: {str(exc)[:80]} (a port is a number from 1 to 65535, an IPv6 host "
+            "is in brackets)."
+        ) from None
+    scheme = parts.scheme.lower()
+    if scheme not in SUPPORTED_SCHEMES:
+        raise InvalidInput(
+            f"The {FIELD} type must be one of the supported ones: {', '.join(SUPPORTED_SCHEMES)}; got "
+            f"{_shown(uri)}."
+        )
+    if scheme == "mailto":
+        parse_mailto(uri)
+        return uri
+    if "@" in parts.netloc:
+        raise InvalidInput(f"{FIELD} must not carry a user name or password (user:password@host).")
+    host = parts.hostname
+    if not host:
+        raise InvalidInput(f"An {scheme} {FIELD} needs a host, like {scheme}://receiver.example.com/path.")
+    if parts.port == 0:
+        raise InvalidInput(
+            f"The port of {FIELD} must be a number from 1 to 65535; got {_shown(parts.netloc)}."
+        )
+    address = ip_literal(host)
+    why = None if address is None else refusal(address, allowed_networks)
+    if why is not None:
+        raise InvalidInput(
+            f"{FIELD} may not reach {host}, a {why} address: webhooks are refused loopback, link-local, "
+            "unspecified, multicast and reserved addresses (an operator may allow networks with "
+            "CHARON_NOTIFICATIONS__ALLOWED_NETWORKS)."
+        )
+    return uri
+
+
+async def resolve_checked(host: str, port: int, allowed: Sequence[Network] = ()) -> list[str]:
+    """Every address `host` resolves to, in the resolver's order, once each, all of them checked
+    (`check_addresses`). socket.gaierror (an OSError) when it does not resolve."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return check_addresses(host, [str(info[4][0]) for info in infos], allowed)
+
+
+def check_addresses(host: str, addresses: Sequence[str], allowed: Sequence[Network] = ()) -> list[str]:
+    """`addresses` (of `host`) once each; Refused when ANY of them is refused: a name with one good and one
+    internal address could otherwise be steered to the internal one."""
+    unique = list(dict.fromkeys(addresses))
+    for text in unique:
+        why = refusal(ipaddress.ip_address(text.split("%", 1)[0]), allowed)  # without an IPv6 zone
+        if why is not None:
+            shown = host if host == text else f"{host} resolves to {text}, which"
+            raise Refused(f"{shown} is a {why} address, refused to webhooks")
+    return unique
+
+
+class PinnedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, which httpx's connections open through, with the guard in front: the
+    host is resolved and checked (`resolve_checked`), then the connection is made to a checked address
+    itself, never by name again. The URL keeps the name, so the Host header, TLS SNI and the certificate
+    check are the name's, and the connection pool keys connections by it."""
+
+    def __init__(self, allowed: Sequence[Network] = ()) -> None:
+        self.allowed = tuple(allowed)
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            addresses = await resolve_checked(host, port, self.allowed)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        failure: Exception | None = None
+        for address in addresses:  # the next checked address when one does not answer
+            try:
+                return await self._backend.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise Refused("webhooks do not reach unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class PinnedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a connection pool that opens every connection through `PinnedBackend`.
+
+    httpx takes no network backend, so the pool it built is replaced by the same pool with one (its
+    settings as httpx passes them, httpx 0.27 / 0.28). No proxy: an SSRF guard a proxy could bypass (or
+    one that would check the proxy's address instead of the receiver's) guards nothing."""
+
+    def __init__(self, allowed: Sequence[Network] = (), *, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, trust_env=False, retries=0)
+        pool = self._pool
+        assert isinstance(pool, httpcore.AsyncConnectionPool)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=pool._ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=PinnedBackend(allowed),
+        )
+
+
+def _shown(value: object) -> str:
+    return repr(value[:80]) if isinstance(value, str) else repr(value)[:80]
