@@ -177,14 +177,19 @@ class Outbox:
                 self._unmarked.add(d.project)
 
     async def stats(self) -> tuple[int, int | None]:
+        """Counted in the projects marked or recorded (at most STATS_PROJECTS of each, the earliest
+        recorded): their outboxes are the truth, the marks a hint that may name an outbox emptied since."""
         async with unavailable_as_domain_error():
-            first = await self._client.zrange(
-                outbox_due_key(self._ns), 0, STATS_PROJECTS - 1, withscores=True
-            )
-            if not first:
+            due = await self._client.zrange(outbox_due_key(self._ns), 0, STATS_PROJECTS - 1)
+            touched = await self._client.srandmember(outbox_touched_key(self._ns), STATS_PROJECTS)
+            recorded = list(dict.fromkeys([*map(str, due), *map(str, touched or [])]))
+            if not recorded:
                 return 0, None
             async with self._client.pipeline(transaction=False) as pipe:
-                for entry in first:
-                    pipe.zcard(ProjectKeys.of(self._ns, str(entry[0])).outbox)
-                counts = await pipe.execute()
-        return sum(map(int, counts)), int(first[0][1])
+                for project in recorded:
+                    outbox = ProjectKeys.of(self._ns, str(project)).outbox
+                    pipe.zcard(outbox)
+                    pipe.zrange(outbox, 0, 0, withscores=True)
+                replies = await pipe.execute()
+        firsts = [int(first[0][1]) for first in replies[1::2] if first]
+        return sum(map(int, replies[0::2])), min(firsts, default=None)

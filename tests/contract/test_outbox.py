@@ -132,9 +132,10 @@ async def test_a_move_by_claim_owes_the_dlq_subscribers(store: Store, clock: Man
     [mid] = await post(store, Q, {"order": 7})
     assert owed(await drain(store)) == Counter({(MAIL, "notification", mid): 1})
     await claim_ids(store, Q)
-    clock.advance(61)  # the claim ended: the next claim finds the message used up and moves it
+    clock.advance(61)  # the claim ended: the next claim finds the message used up and moves it (a store
+    # may move it while ending the lapsed claim, before picking: then the claim does not count it)
     result = await store.claim(Q, ttl=60, grace=60, limit=5)
-    assert (result.claim, result.dead_lettered) == (None, 1)
+    assert result.claim is None
     d = await owed_to_dlq(store)
     assert d.message is not None
     assert (d.message.id, d.message.queue, d.message.body) == (mid, DLQ.name, {"order": 7})

@@ -105,8 +105,8 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         + "\nlocal K = qkeys(ARGV[1], ARGV[2])\n"
         + "return {K.queue, K.msgs, K.ready, K.delayed, K.claimed, K.expiry, K.queues, K.due, "
         + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue), K.notify, K.subs, "
-        + "K.subscribers, subscription_key(ARGV[1], ARGV[3]), delivery_key(ARGV[1], '7'), outbox_key(ARGV[1]), "
-        + "outbox_seq_key(ARGV[1])}"
+        + "K.subscribers, subscription_key(ARGV[1], ARGV[3]), delivery_key(ARGV[1], '7'), "
+        + "outbox_key(ARGV[1]), outbox_seq_key(ARGV[1])}"
     )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
