@@ -386,7 +386,7 @@ def ok(proc: subprocess.Popen[str]) -> Any:
     return json.loads(out) if out.strip().startswith(("[", "{")) else out
 
 
-@pytest.mark.slow  # about 20 s: nine `openstack` processes, seconds each
+@pytest.mark.slow  # about 25 s: twelve `openstack` processes, seconds each
 def test_openstack_messaging_cli(service: Service) -> None:
     """The CLI finds Charon in Keystone's catalog (service type messaging, public, RegionOne) and talks API
     v2 (the plugin's default, OS_QUEUES_API_VERSION). The admin's calls and alice's refused one run while
@@ -411,6 +411,11 @@ def test_openstack_messaging_cli(service: Service) -> None:
     claimed = alice("claim", "create", "q1", "--ttl", "120", "--grace", "60", "-f", "json")
     assert [(row["Messages"], row["Message_ID"]) for row in claimed] == [({"a": 1}, listed[0]["ID"])]
     assert claimed[0]["Claim_ID"]
+    made = alice("subscription", "create", "q1", "https://hooks.example.com/cli", "600", "-f", "json")
+    assert (made["Subscriber"], made["TTL"]) == ("https://hooks.example.com/cli", 600)
+    subs = alice("subscription", "list", "q1", "-f", "json")
+    assert [(row["ID"], row["Confirmed"]) for row in subs] == [(made["ID"], True)]
+    alice("subscription", "delete", "q1", made["ID"])
 
     assert BASE_POOL in [row["Name"] for row in ok(admin_pools)]
     assert isinstance(ok(admin_flavors), list)
