@@ -92,8 +92,8 @@ class HttpReceiver:
     """An HTTP/1.1 server (h11 over asyncio) on 127.0.0.1:<port>. Every request is recorded when its body
     has arrived, then answered the current way: `answer(status)` (200 to start with), the first `fail(n)`
     requests from now with a 503 (or `status`) before that, or not at all after `hang()` (the connection
-    stays open until the client closes it or the receiver stops). `in_flight` / `max_in_flight`: requests
-    received and neither answered nor given up by their client."""
+    stays open until the client closes it or the receiver stops); `delay` seconds late (0 to start with).
+    `in_flight` / `max_in_flight`: requests received and neither answered nor given up by their client."""
 
     def __init__(self) -> None:
         self.port = 0
@@ -103,6 +103,7 @@ class HttpReceiver:
         self._failures: list[_Answer] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.delay = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -224,6 +225,8 @@ class HttpReceiver:
         try:
             self.log.add(Request(request.method.decode(), request.target.decode(), headers, body))
             answer = self._next_answer()
+            if self.delay:
+                await asyncio.sleep(self.delay)
             if answer.hang:  # until the client gives up (closes) or the receiver stops
                 assert self._stopping is not None
                 waits = {asyncio.ensure_future(reader.read()), asyncio.ensure_future(self._stopping.wait())}
