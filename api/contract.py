@@ -44,8 +44,10 @@ from core.metadata import (
     REDELIVERY_LEVELS,
     REDELIVERY_MULTIPLIER,
     RESERVED,
+    RETRY_POLICY,
 )
 from core.queue_filter import MAX_FILTER_VALUE, MAX_FILTERS
+from core.retry import retry_policy_schema
 
 Schema = dict[str, Any]
 
@@ -269,6 +271,7 @@ def _metadata_schema(limits: Limits) -> Schema:
         DEAD_LETTER_ON_EXPIRY: {"type": "boolean"},
         MAX_MESSAGE_TTL: ttl,
         ENCRYPT_MESSAGES: {"const": False, "description": "Not supported: only false is accepted."},
+        RETRY_POLICY: retry_policy_schema(),
     }
     assert set(reserved) == set(RESERVED)
     # null is "unset" for every reserved key

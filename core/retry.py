@@ -101,6 +101,24 @@ def backoff_delays(function: BackoffFunction, minimum: int, maximum: int) -> tup
 
 
 _COUNTS = ("retries_with_no_delay", "minimum_delay_retries", "maximum_delay_retries")
+
+
+def retry_policy_schema() -> dict[str, Any]:
+    """The JSON schema of what parse_retry_policy takes (all but the rule between the two delays)."""
+    count = {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **dict.fromkeys(_COUNTS, count),
+            "minimum_delay": {"type": "integer", "minimum": MIN_DELAY, "maximum": MAX_MINIMUM_DELAY},
+            "maximum_delay": {"type": "integer", "minimum": MIN_DELAY_SPAN, "maximum": MAX_MAXIMUM_DELAY},
+            "retry_backoff_function": {"enum": list(BACKOFF_FUNCTIONS)},
+            "ignore_subscription_override": {"type": "boolean"},
+        },
+        "description": f"Zaqar's retry policy of notifications; maximum_delay must be at least minimum_delay "
+        f"+ {MIN_DELAY_SPAN} (defaults: 3 tries at once, 3 after 5 s, the backoff to 30 s, 3 after 30 s).",
+    }
 _KEYS = tuple(f.name for f in fields(RetryPolicy))
 RULES = (
     f"retries_with_no_delay, minimum_delay_retries and maximum_delay_retries: integers 0 to {MAX_RETRIES}; "

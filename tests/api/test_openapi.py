@@ -31,6 +31,7 @@ def test_readme_documents_every_setting() -> None:
     """README's configuration table has a row per setting with the default and description the code has."""
     from api.keystone import KeystoneSettings
     from core.limits import Limits
+    from service.delivery import NotificationSettings
 
     def shown(value: object) -> str:
         return ("true" if value else "false") if isinstance(value, bool) else str(value)
@@ -39,7 +40,7 @@ def test_readme_documents_every_setting() -> None:
     rows = [
         f"| `CHARON_{name.upper()}` | `{shown(f.default)}` | {f.description} |"
         for name, f in Settings.model_fields.items()
-        if name not in ("limits", "keystone")
+        if name not in ("limits", "keystone", "notifications")
     ]
     rows += [
         f"| `CHARON_KEYSTONE__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
@@ -48,6 +49,10 @@ def test_readme_documents_every_setting() -> None:
     rows += [
         f"| `CHARON_LIMITS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
         for name, f in Limits.model_fields.items()
+    ]
+    rows += [
+        f"| `CHARON_NOTIFICATIONS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
+        for name, f in NotificationSettings.model_fields.items()
     ]
     assert [row for row in rows if row not in readme] == []
 
