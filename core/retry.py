@@ -119,6 +119,8 @@ def retry_policy_schema() -> dict[str, Any]:
         "description": f"Zaqar's retry policy of notifications; maximum_delay must be at least minimum_delay "
         f"+ {MIN_DELAY_SPAN} (defaults: 3 tries at once, 3 after 5 s, the backoff to 30 s, 3 after 30 s).",
     }
+
+
 _KEYS = tuple(f.name for f in fields(RetryPolicy))
 RULES = (
     f"retries_with_no_delay, minimum_delay_retries and maximum_delay_retries: integers 0 to {MAX_RETRIES}; "
