@@ -869,3 +869,12 @@ class MongoStore:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    # -- metrics ------------------------------------------------------------------------------------------
+
+    async def queue_gauges(self, *, limit: int) -> tuple[list[tuple[QueueRef, QueueStats]], bool]:
+        from storage.mongodb import gauges  # on first use: only GET /metrics needs it
+
+        return await gauges.queue_gauges(
+            self._c, now=self._now(), limit=limit, deadline_s=self._timeout, ready=self._ready
+        )

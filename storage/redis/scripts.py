@@ -369,6 +369,20 @@ class Scripts:
             for r in await self._run.each(self._s["sweep"], calls)
         ]
 
+    # -- metrics --------------------------------------------------------------------------------------
+
+    async def stats_each(self, targets: Sequence[Target], *, now: int) -> list[StatsReply]:
+        """stats.lua once per queue, pipelined on one connection (GET /metrics' gauges); each reply read as
+        stats() reads it."""
+        calls = [(t.keys, [*t.head, now, *self._defaults]) for t in targets]
+        replies = []
+        for raw in await self._run.each(self._s["stats"], calls):
+            total, claimed, delayed, n_dl, n_disc, n_rcv, old_id, old_cr, new_id, new_cr = raw
+            oldest = (old_id, int(old_cr)) if old_id else None
+            newest = (new_id, int(new_cr)) if new_id else None
+            replies.append(StatsReply(total, claimed, delayed, n_dl, n_disc, n_rcv, oldest, newest))
+        return replies
+
 
 # the task's hash fields, in the order redrive_step.lua returns them
 STEP_FIELDS = (

@@ -720,3 +720,12 @@ class RedisStore:
     async def aclose(self) -> None:
         await self._runner.aclose()
         await self._client.aclose()
+
+    # -- metrics ------------------------------------------------------------------------------------------
+
+    async def queue_gauges(self, *, limit: int) -> tuple[list[tuple[QueueRef, QueueStats]], bool]:
+        from storage.redis import gauges  # on first use: only GET /metrics needs it
+
+        return await gauges.queue_gauges(
+            self._client, self._scripts, self._namespace, now=self._clock.now_ms(), limit=limit
+        )
