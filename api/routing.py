@@ -129,6 +129,10 @@ class PlainRoute(StarletteRoute):
 
         self.app = serve
 
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self  # as FastAPI's routes leave it: the HTTP series read the route's template
+        await super().handle(scope, receive, send)
+
 
 class Router(APIRouter):
     """An APIRouter whose FastAPI routes are `Route`s, and which declares plain routes too."""

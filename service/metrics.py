@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import get_args
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -28,6 +28,9 @@ from core.models import DeliveryKind
 MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# No `_created` series beside each counter and histogram: the multiprocess collector has none, so one worker
+# would expose series that several do not (and they double the series for nothing a dashboard reads).
+disable_created_metrics()
 
 # -- notifications (service/notifier.py) ---------------------------------------------------------------------
 
