@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import cast
 
 import uvicorn
@@ -86,17 +87,27 @@ def _exit_with(supervisor: int) -> None:
 
 
 METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_PREFIX = "charon-metrics-"  # then the supervisor's PID
 
 
 def share_metrics() -> str:
     """Point prometheus-client at a new private directory (mode 0700, empty) for every process of this
     `charon serve`, removed when it exits; before anything imports prometheus-client, which decides then
     where values live. A PROMETHEUS_MULTIPROC_DIR already set is not used: another service's files there
-    would be added to ours. (A supervisor killed with -9 leaves the directory behind, in TMPDIR.)"""
-    path = tempfile.mkdtemp(prefix="charon-metrics-")
+    would be added to ours. A service killed with -9 cannot remove its directory: the next one to start
+    removes those whose service is gone (the directory's name holds its PID)."""
+    _remove_stale(Path(tempfile.gettempdir()))
+    path = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
     os.environ[METRICS_DIR] = path
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
+
+
+def _remove_stale(parent: Path) -> None:
+    for stale in parent.glob(f"{METRICS_PREFIX}*-*"):
+        pid = stale.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and stale.stat().st_uid == os.getuid():
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 class Supervisor(Multiprocess):

@@ -30,7 +30,7 @@ MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 REGISTRY = CollectorRegistry(auto_describe=True)
 # No `_created` series beside each counter and histogram: the multiprocess collector has none, so one worker
 # would expose series that several do not (and they double the series for nothing a dashboard reads).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # -- notifications (service/notifier.py) ---------------------------------------------------------------------
 
