@@ -2,11 +2,11 @@
 registry of their own. GET /metrics (api/routes/metrics.py) exposes them with the series read from the
 store when it is scraped (service/gauges.py); README.md "Metrics" says what each series means.
 
-Several processes: `charon serve` points PROMETHEUS_MULTIPROC_DIR at a private directory before any worker
-starts (app/workers.py), and prometheus-client, which looks at it when it is first imported, keeps every
-process's values in files there. A scrape answered by any worker then adds up every worker's counters and
-histograms (a worker that died included, so they never go back), and takes each gauge as its
-`multiprocess_mode` says: `livemax`, `livesum` over the workers alive (the supervisor tells
+Several processes: `charon serve --workers N` (N > 1) points PROMETHEUS_MULTIPROC_DIR at a private
+directory before any worker starts (app/workers.py), and prometheus-client, which looks at it when it is
+first imported, keeps every process's values in files there. A scrape answered by any worker then adds up
+every worker's counters and histograms (a worker that died included, so they never go back), and takes each
+gauge as its `multiprocess_mode` says: `livemax`, `livesum` over the workers alive (the supervisor tells
 prometheus-client of each worker that exits). Without it (one process, the tests) the values live in memory.
 
 The notifier (service/notifier.py) updates NOTIFICATIONS and NOTIFICATION_LATENCY; the scrape reads its

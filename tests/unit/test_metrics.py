@@ -1,14 +1,20 @@
 """service/gauges.py on a stand-in store: one read shared by concurrent scrapes, the notifier's backlog and
-lag from outbox_stats (when the store has it), a failing store, reasons the store did not count."""
+lag from outbox_stats (when the store has it), a failing store, reasons the store did not count; and the
+private directory `charon serve` gives prometheus-client's multiprocess mode."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.metrics_core import Metric
 
+from app.workers import share_metrics
 from core.clock import ManualClock
 from core.errors import StorageUnavailable
 from core.models import MessageId, MessageStamp, QueueRef, QueueStats
@@ -131,3 +137,26 @@ async def test_a_read_that_raises_a_bug_does_not_stick() -> None:
         with pytest.raises(RuntimeError, match="bug"):
             await g.families()
     assert store.reads == 2
+
+
+def test_charon_serve_shares_metrics_between_workers_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/somewhere/else")
+    assert share_metrics(1) is None
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ  # one worker: values in memory
+    monkeypatch.setenv("CHARON_WORKERS", "1")
+    assert share_metrics(None) is None
+    gone = tmp_path / "charon-metrics-999999999-x"  # a PID no process has
+    gone.mkdir()
+    kept = tmp_path / f"charon-metrics-{os.getpid()}-x"
+    kept.mkdir()
+    monkeypatch.setenv("CHARON_WORKERS", "3")
+    path = Path(share_metrics(None) or "")
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(path)
+    assert path.parent == tmp_path
+    assert path.name.startswith(f"charon-metrics-{os.getpid()}-")
+    assert (path.stat().st_mode & 0o777, list(path.iterdir())) == (0o700, [])
+    assert (gone.exists(), kept.exists()) == (False, True)
+    shutil.rmtree(path)
