@@ -365,5 +365,6 @@ class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, SubscriptionStor
         Each queue's stats are counted as `stats` counts them, except that a driver may leave out the
         housekeeping `stats` does first (what came due since the last sweep is then counted as the sweeper
         left it). The whole is no snapshot: queues are read batch after batch. The work is bounded by `limit`
-        queues (and their messages, on MongoDB), however many queues the store holds.
+        queues (on MongoDB, their live messages; on Redis, with the names of the projects), however many
+        queues the store holds.
         """
