@@ -26,9 +26,11 @@ define apt-package
 	fi
 endef
 
-# redis-server (the embedded default store and the tests' server) comes from Debian's package.
+# redis-server (the embedded default store and the tests' server) comes from Debian's package; so does promtool
+# (Debian's prometheus), which checks and unit-tests deploy/prometheus/alerts.yml in the tests.
 system-deps:
 	$(call apt-package,redis-server,command -v redis-server,or your system's package)
+	$(call apt-package,prometheus,command -v promtool,or put Prometheus' promtool on PATH)
 
 # Java 17+ for Spark 4 (charon insights and its tests): openjdk-17-jre-headless via apt when root; otherwise a
 # clear note (the service itself runs without it; `charon insights` says the same when it starts).

@@ -74,6 +74,14 @@ RULES: tuple[tuple[str, str, str, str, str], ...] = (
         "See the pool catalogue and each pool in the health answer (Zaqar's admin-only health).",
     ),
     (
+        "metrics:get",
+        ADMIN,
+        "GET",
+        "/metrics",
+        "Read the service's Prometheus metrics, every project's queues in them (EXT; a scraper's bearer "
+        "token or loopback address may be let in without it: CHARON_METRICS__*).",
+    ),
+    (
         "messages:release",
         UNPROTECTED,
         "POST",

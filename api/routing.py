@@ -32,6 +32,8 @@ from api.params import QUERY_KEY, operation_parameters, query_model_of
 from api.policy import rule_for
 
 E = TypeVar("E", bound=Callable[..., Awaitable[Response]])
+# How a route checks its rule, when not the app's Authenticator.authorize (GET /metrics: a scraper's token)
+Guard = Callable[[Request, str], Awaitable[object]]
 
 
 def _calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
@@ -98,6 +100,7 @@ class PlainRoute(StarletteRoute):
         methods: list[str],
         doc: APIRoute,
         rule: str | None,
+        guard: Guard | None = None,
     ):
         super().__init__(path, endpoint, methods=methods, include_in_schema=False)
         model = self.query_model = query_model_of(endpoint)
@@ -109,7 +112,7 @@ class PlainRoute(StarletteRoute):
             async def serve(scope: Scope, receive: Receive, send: Send) -> None:
                 request = Request(scope, receive, send)
                 if rule is not None:
-                    await request.app.state.auth.authorize(request, rule)
+                    await (guard or request.app.state.auth.authorize)(request, rule)
                 response = await endpoint(request, model.parse(request, path))
                 await response(scope, receive, send)
 
@@ -118,13 +121,17 @@ class PlainRoute(StarletteRoute):
             async def serve(scope: Scope, receive: Receive, send: Send) -> None:
                 request = Request(scope, receive, send)
                 if rule is not None:
-                    await request.app.state.auth.authorize(request, rule)
+                    await (guard or request.app.state.auth.authorize)(request, rule)
                 if scope["query_string"]:
                     model.parse(request, path)  # refuses any parameter
                 response = await endpoint(request)
                 await response(scope, receive, send)
 
         self.app = serve
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self  # as FastAPI's routes leave it: the HTTP series read the route's template
+        await super().handle(scope, receive, send)
 
 
 class Router(APIRouter):
@@ -140,10 +147,12 @@ class Router(APIRouter):
         *,
         responses: dict[int | str, dict[str, Any]] | None = None,
         openapi_extra: dict[str, Any] | None = None,
+        guard: Guard | None = None,
         **operation: Any,
     ) -> Callable[[E], E]:
         """Declare a plain route; `operation`: what `router.post(...)` and the like take for the document
-        (status_code, summary, description, response_model)."""
+        (status_code, summary, description, response_model, response_class). `guard` checks its rule
+        instead of the app's Authenticator (and must call it for whatever it does not let in itself)."""
         assert not self.dependencies, "a plain route resolves no dependency"
 
         def declare(endpoint: E) -> E:
@@ -159,7 +168,7 @@ class Router(APIRouter):
                 openapi_extra=documents_rule(rule, operation_parameters(path, model, openapi_extra)),
                 **operation,
             )
-            self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc, rule=rule))
+            self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc, rule=rule, guard=guard))
             return endpoint
 
         return declare

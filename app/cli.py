@@ -17,6 +17,9 @@ APP = "app.main:create_app"
 
 
 def serve(args: argparse.Namespace) -> int:
+    from app.workers import share_metrics
+
+    share_metrics(args.workers or None)  # first: before anything imports prometheus-client
     import uvicorn
     from pydantic import ValidationError
 

@@ -15,20 +15,23 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from service.delivery import Deliverer
 
 from api.auth import Authenticator, AuthMode
 from api.contract import refine
 from api.errors import register_error_handlers
 from api.head import HeadAsGet
 from api.keystone import TokenValidator
+from api.metrics import HttpMetrics
 from api.policy import Policy
 from api.routes import admin, claims, health, messages, queues, redrive, subscriptions
+from api.routes import metrics as metrics_route
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
 from core.clock import Clock, SystemClock
+from service.delivery import Deliverer
+from service.gauges import StoreGauges
 from service.notifier import Notifier
 from service.redrive import RedriveRunner
 from service.sweeper import run_sweeper
@@ -206,6 +209,18 @@ def create_app(
     hot = [r for r in declared if isinstance(r, PlainRoute)]
     app.router.routes[:0] = hot
     app.router.routes.extend(r for r in declared if r not in hot)
+    # GET /metrics, and the HTTP series: counted inside HeadAsGet, which hides the matched route from outside
+    app.state.metrics = StoreGauges(
+        lambda: app.state.store,
+        clock=clock,
+        max_queues=settings.metrics.max_queues,
+        max_read=settings.metrics.max_queues_read,
+        cache_seconds=settings.metrics.cache_seconds,
+        sweeping=settings.sweep_interval > 0,
+    )
+    declared += metrics_route.router.routes
+    app.router.routes += metrics_route.router.routes
+    app.add_middleware(HttpMetrics)
     app.add_middleware(HeadAsGet)
 
     def openapi() -> dict[str, Any]:

@@ -4,15 +4,55 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from service.delivery import NotificationSettings
 
 from api.auth import AuthMode
 from api.keystone import KeystoneSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
+from service.delivery import NotificationSettings
 from storage.base import DEFAULT_TIMEOUT_S
+
+
+class MetricsSettings(BaseModel):
+    """GET /metrics (api/routes/metrics.py, service/gauges.py): who may scrape it without the policy's
+    admin role, and how much of the store a scrape reads."""
+
+    max_queues: int = Field(
+        1000,
+        ge=0,
+        le=100_000,
+        description="Queues with series of their own in GET /metrics (labels project and queue), the first "
+        'in (project, queue) order; the others are added up into one series, project="_other", '
+        'queue="_other".',
+    )
+    max_queues_read: int = Field(
+        20_000,
+        ge=1,
+        le=1_000_000,
+        description="The most queues one GET /metrics reads from the store (on Redis about 1 s for 10,000: "
+        "bench/RESULTS.md); past it, charon_metrics_queues_truncated is 1 and the rest are in no series.",
+    )
+    cache_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="Seconds a process reuses what GET /metrics read from the store; scrapes arriving "
+        "meanwhile share it (and one read runs at a time).",
+    )
+    bearer_token: SecretStr | None = Field(
+        None,
+        description="A scrape that sends `Authorization: Bearer <this>` is let in without the policy rule "
+        "`metrics:get` (Prometheus' `authorization: {credentials_file: ...}`); a wrong one is refused (403). "
+        "Unset: GET /metrics asks the rule (admin only by default), as every other route asks its own.",
+    )
+    allow_loopback: bool = Field(
+        False,
+        description="Let scrapes from a loopback address (127.0.0.0/8, ::1) in without credentials. Not "
+        "behind a reverse proxy on the same host that does not set X-Forwarded-For: every request would "
+        "come from loopback.",
+    )
 
 
 class Settings(BaseSettings):
@@ -162,6 +202,11 @@ class Settings(BaseSettings):
 
     limits: Limits = Field(
         default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
+    )
+    metrics: MetricsSettings = Field(
+        default_factory=MetricsSettings,
+        description="GET /metrics: access without the admin role, and its cost, e.g. "
+        "CHARON_METRICS__MAX_QUEUES.",
     )
 
     notifications: NotificationSettings = Field(

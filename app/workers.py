@@ -3,17 +3,23 @@ workers, replaces one that dies, stops them all when one fails at start or on SI
 on SIGHUP), with one change. Uvicorn binds one socket and every worker accepts from it, so whichever worker
 is idle takes the next connection and kept-alive connections pile up on one of them; here each worker binds
 its own socket on the same port with SO_REUSEPORT, and the kernel spreads connections evenly over them
-(bench/README.md, "One socket per worker"). Also, a worker never outlives the supervisor."""
+(bench/README.md, "One socket per worker"). Also, a worker never outlives the supervisor, and every worker's
+Prometheus values meet in one private directory (`share_metrics`), from which a scrape of any worker adds
+them up (service/metrics.py)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import cast
 
 import uvicorn
@@ -36,7 +42,7 @@ def run_workers(config: uvicorn.Config) -> int:
         return 1
     logger.info("Charon running on http://%s:%d, one socket per worker", config.host, config.port)
     own = cast(socket.socket, OwnSocket(config.host, config.port))  # uvicorn needs a socket only in workers
-    supervisor = Multiprocess(config, sockets=[own])
+    supervisor = Supervisor(config, sockets=[own])
     supervisor.run()
     return 1 if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes) else 0
 
@@ -78,3 +84,65 @@ def _exit_with(supervisor: int) -> None:
         time.sleep(0.1)
     time.sleep(PARENT_GONE_GRACE_S)
     os._exit(1)
+
+
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+METRICS_PREFIX = "charon-metrics-"  # then the supervisor's PID
+
+
+def share_metrics(workers: int | None) -> str | None:
+    """With several workers (`workers`, else CHARON_WORKERS), point prometheus-client at a new private
+    directory (mode 0700, empty) for every process of this `charon serve`, removed when it exits; before
+    anything imports prometheus-client, which decides then where values live. A PROMETHEUS_MULTIPROC_DIR
+    already set is not used: another service's files there would be added to ours. A service killed with -9
+    cannot remove its directory: the next one to start removes those whose service is gone (the directory's
+    name holds its PID). With one worker, values stay in memory: counting a request costs a third as much
+    (bench/README.md, "What GET /metrics costs")."""
+    os.environ.pop(METRICS_DIR, None)
+    if workers is None:
+        from app.settings import Settings
+
+        try:
+            workers = Settings().workers
+        except ValueError:  # the configuration's errors are told when `charon serve` reads it next
+            return None
+    if workers <= 1:
+        return None
+    _remove_stale(Path(tempfile.gettempdir()))
+    path = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+    os.environ[METRICS_DIR] = path
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _remove_stale(parent: Path) -> None:
+    for stale in parent.glob(f"{METRICS_PREFIX}*-*"):
+        pid = stale.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and stale.stat().st_uid == os.getuid():
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor, which also tells prometheus-client of every worker that is gone (died, or
+    replaced on SIGHUP), so that the gauges counted over live workers leave it out."""
+
+    def keep_subprocess_alive(self) -> None:
+        before = self._pids()
+        super().keep_subprocess_alive()
+        self._gone(before)
+
+    def restart_all(self) -> None:
+        before = self._pids()
+        super().restart_all()
+        self._gone(before)
+
+    def _pids(self) -> set[int]:
+        return {p.pid for p in self.processes if p.pid is not None}
+
+    def _gone(self, before: set[int]) -> None:
+        if METRICS_DIR not in os.environ:
+            return
+        from prometheus_client import multiprocess
+
+        for pid in before - self._pids():
+            multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -19,14 +19,14 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from core.retry import RetryPolicy, effective_policy, parse_retry_policy
-
 from core.clock import Clock
 from core.errors import CharonError
 from core.limits import MAX_TIME_MS
 from core.models import Delivery, QueueRef
+from core.retry import RetryPolicy, effective_policy, parse_retry_policy
 from core.wire import message
 from service.delivery import Deliverer, Outcome, confirmation_document
+from service.metrics import NOTIFICATION_LATENCY, NOTIFICATIONS
 from service.outage import Outage, stop_if_cancelled
 from storage.base import Store
 
@@ -157,12 +157,15 @@ class Notifier:
     async def _finish(self, d: Delivery, outcome: Outcome) -> None:
         if outcome.delivered:
             await self.store.finish_delivery(d, retry_at_ms=None)
+            NOTIFICATIONS.labels(d.kind, "delivered").inc()
+            NOTIFICATION_LATENCY.observe(max(0, self._clock.now_ms() - d.created_ms) / 1000)
             return
         delay = None
         if outcome.result == "retry":
             policy = await self._policy(d)
             delay = policy.delay_after(d.attempts + 1)
         if delay is None:
+            NOTIFICATIONS.labels(d.kind, "failed" if outcome.attempted else "dropped").inc()
             log.warning(
                 "gave up on delivery %s (%s) to %s after %d tries: %s",
                 d.id,
@@ -174,6 +177,7 @@ class Notifier:
             await self.store.finish_delivery(d, retry_at_ms=None)
             return
         await self.store.finish_delivery(d, retry_at_ms=self._clock.now_ms() + int(delay * 1000))
+        NOTIFICATIONS.labels(d.kind, "retried").inc()
 
     async def _policy(self, d: Delivery) -> RetryPolicy:
         """The queue's _retry_policy (read at most every POLICY_CACHE_S) with the subscription's own, by

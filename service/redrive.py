@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from core.clock import Clock
 from core.errors import CharonError
 from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
+from service.metrics import REDRIVE_MOVED, REDRIVE_RUNNING, REDRIVE_SCANNED
 from service.outage import Outage, stop_if_cancelled
 from storage.base import Store
 
@@ -81,6 +82,10 @@ class RedriveRunner:
         """Step the task until it ends, is cancelled, or another runner holds it; returns it as it was last
         seen. An error stops the run (and is raised with `raise_errors`, else logged): the lease then
         lapses and a runner takes the task over."""
+        with REDRIVE_RUNNING.track_inprogress():
+            return await self._run(q, task_id, raise_errors=raise_errors)
+
+    async def _run(self, q: QueueRef, task_id: TaskId, *, raise_errors: bool) -> RedriveTask | None:
         store = self._store()
         task: RedriveTask | None = None
         try:
@@ -89,10 +94,13 @@ class RedriveRunner:
                 rate = task.spec.max_per_second
                 batch = min(BATCH, rate) if rate else BATCH
                 began = self._clock.now_ms()
-                before = task.moved
+                before, scanned = task.moved, task.scanned
                 task = await store.redrive_step(
                     q, task_id, owner=self.owner, lease_ms=self.lease_ms, batch=batch
                 )
+                if task.owner == self.owner:  # else unchanged by this step (another runner holds it)
+                    REDRIVE_MOVED.inc(max(task.moved - before, 0))
+                    REDRIVE_SCANNED.inc(max(task.scanned - scanned, 0))
                 if task.status != "running" or task.owner != self.owner:
                     return task
                 stop_if_cancelled()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+from service.metrics import SWEEPER_LAST_SWEEP
 from service.outage import Outage, stop_if_cancelled
 from storage.base import Store
 
@@ -24,6 +26,7 @@ async def run_sweeper(store: Store, interval: float) -> None:
     while True:
         try:
             await store.sweep(lease_ms=lease_ms)
+            SWEEPER_LAST_SWEEP.set(time.time())  # swept, or another process holds the lease and sweeps
             wait = outage.ok()
         except Exception as exc:  # a bug must not stop eager dead-lettering for the life of the process
             wait = outage.failed(exc)

@@ -357,3 +357,14 @@ class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, SubscriptionStor
         writes (full), StorageUnavailable when it does not answer."""
 
     async def aclose(self) -> None: ...
+
+    async def queue_gauges(self, *, limit: int) -> tuple[list[tuple[QueueRef, QueueStats]], bool]:
+        """Every queue of every project with its stats, in (project, name) order, at most `limit` of them;
+        True when more queues exist than those returned (GET /metrics' per-queue series).
+
+        Each queue's stats are counted as `stats` counts them, except that a driver may leave out the
+        housekeeping `stats` does first (what came due since the last sweep is then counted as the sweeper
+        left it). The whole is no snapshot: queues are read batch after batch. The work is bounded by `limit`
+        queues (on MongoDB, their live messages; on Redis, with the names of the projects), however many
+        queues the store holds.
+        """

@@ -23,7 +23,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.errors import OutcomeUnknown, StorageUnavailable
-from core.models import QueueRef
+from core.models import MessageStamp, QueueRef, QueueStats
 from storage.mongodb.errors import after_commit
 from storage.mongodb.queries import Doc
 from storage.mongodb.schema import (
@@ -150,3 +150,28 @@ async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[t
     if moved:
         await after_commit(_raise_counter(c, target, marker - 1), "raising the marker counter")
     return moved
+
+
+def queue_stats(
+    *,
+    total: int,
+    claimed: int,
+    delayed: int,
+    oldest: MessageStamp | None,
+    newest: MessageStamp | None,
+    counters: Mapping[str, Any],
+) -> QueueStats:
+    """A queue's stats from its message counts and its counters document (stats() and queue_gauges)."""
+    return QueueStats(
+        free=total - claimed,
+        claimed=claimed,
+        total=total,
+        delayed=delayed,
+        oldest=oldest,
+        newest=newest,
+        dead_lettered=counters.get(COUNTER.DEAD_LETTERED, 0),
+        discarded=counters.get(COUNTER.DISCARDED, 0),
+        dead_letters_received=counters.get(COUNTER.RECEIVED, 0),
+        dead_lettered_by_reason=dict(counters.get(COUNTER.BY_REASON, {})),
+        redriven=counters.get(COUNTER.REDRIVEN, 0),
+    )

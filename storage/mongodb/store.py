@@ -70,6 +70,7 @@ from storage.mongodb.counters import (
     ensure_queue,
     insert_in_order,
     marker_taken,
+    queue_stats,
     reserve_markers,
 )
 from storage.mongodb.errors import after_commit, unavailable_as_domain_error
@@ -351,18 +352,8 @@ class MongoStore:
             )
             ends.append(MessageStamp(MessageId(doc[M.ID]), doc[M.CREATED]) if doc else None)
         counters = await self._c.counters.find_one(counter_key(q)) or {}
-        return QueueStats(
-            free=total - claimed,
-            claimed=claimed,
-            total=total,
-            delayed=delayed,
-            oldest=ends[0],
-            newest=ends[1],
-            dead_lettered=counters.get(COUNTER.DEAD_LETTERED, 0),
-            discarded=counters.get(COUNTER.DISCARDED, 0),
-            dead_letters_received=counters.get(COUNTER.RECEIVED, 0),
-            dead_lettered_by_reason=dict(counters.get(COUNTER.BY_REASON, {})),
-            redriven=counters.get(COUNTER.REDRIVEN, 0),
+        return queue_stats(
+            total=total, claimed=claimed, delayed=delayed, oldest=ends[0], newest=ends[1], counters=counters
         )
 
     # -- messages -----------------------------------------------------------------------------------------
@@ -972,3 +963,12 @@ class MongoStore:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    # -- metrics ------------------------------------------------------------------------------------------
+
+    async def queue_gauges(self, *, limit: int) -> tuple[list[tuple[QueueRef, QueueStats]], bool]:
+        from storage.mongodb import gauges  # on first use: only GET /metrics needs it
+
+        return await gauges.queue_gauges(
+            self._c, now=self._now(), limit=limit, deadline_s=self._timeout, ready=self._ready
+        )

@@ -601,6 +601,14 @@ class PooledStore:
         self._retired.clear()
         await self.catalogue.aclose()
 
+    # -- metrics -------------------------------------------------------------------------------------------
+
+    async def queue_gauges(self, *, limit: int) -> tuple[list[tuple[QueueRef, QueueStats]], bool]:
+        """Every pool's queues, merged (storage/pooling/gauges.py)."""
+        from storage.pooling import gauges  # on first use: only GET /metrics needs it
+
+        return await gauges.queue_gauges(await self._each_pool(), self.catalogue, limit=limit)
+
 
 class PooledWakeups:
     """Long-poll wake-ups of the pool that holds each queue; for a queue not placed yet, of every pool (its

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from core.metadata import DeadLetterDefaults, QueuePolicy
-from core.models import Message, QueueRef, Subscription
+from core.models import Message, MessageId, MessageStamp, QueueRef, QueueStats, Subscription
 from storage.redis.keys import ProjectKeys, QueueKeys, TaskField, message_of, subscription_of
 from storage.redis.runner import Script, ScriptRunner
 
@@ -95,6 +95,24 @@ def _messages(views: Sequence[list[Any]]) -> list[Message]:
     return [message_of(v[0], dict(zip(v[1::2], v[2::2], strict=True))) for v in views]
 
 
+def _stats(reply: Sequence[Any]) -> QueueStats:
+    """A queue's stats from stats.lua's reply."""
+    total, claimed, delayed, n_dl, n_disc, n_rcv, *by_reason, n_rd, old_id, old_cr, new_id, new_cr = reply
+    return QueueStats(
+        free=total - claimed,
+        claimed=claimed,
+        delayed=delayed,
+        total=total,
+        oldest=MessageStamp(MessageId(old_id), int(old_cr)) if old_id else None,
+        newest=MessageStamp(MessageId(new_id), int(new_cr)) if new_id else None,
+        dead_lettered=n_dl,
+        discarded=n_disc,
+        dead_letters_received=n_rcv,
+        dead_lettered_by_reason={r: n for r, n in zip(DEAD_LETTER_REASONS, by_reason, strict=True) if n},
+        redriven=n_rd,
+    )
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     return dict(zip(flat[0::2], flat[1::2], strict=True))
 
@@ -135,19 +153,6 @@ class ClaimView(NamedTuple):
     created_ms: int
     expires_ms: int
     messages: list[Message]
-
-
-class StatsReply(NamedTuple):
-    total: int
-    claimed: int
-    delayed: int
-    dead_lettered: int
-    discarded: int
-    received: int
-    by_reason: dict[str, int]  # dead_lettered by DeadLetterReason (those counted at least once)
-    redriven: int
-    oldest: tuple[str, int] | None  # id, created ms
-    newest: tuple[str, int] | None
 
 
 class SweepReply(NamedTuple):
@@ -204,33 +209,8 @@ class Scripts:
         """Deletes up to `batch` messages; returns how many are left."""
         return int(await self._queue("drop_messages", t, now, [batch, int(delete_queue)]))
 
-    async def stats(self, t: Target, *, now: int) -> StatsReply:
-        (
-            total,
-            claimed,
-            delayed,
-            n_dl,
-            n_disc,
-            n_rcv,
-            *by_reason,
-            n_rd,
-            old_id,
-            old_cr,
-            new_id,
-            new_cr,
-        ) = await self._queue("stats", t, now, [])
-        return StatsReply(
-            total,
-            claimed,
-            delayed,
-            n_dl,
-            n_disc,
-            n_rcv,
-            {r: n for r, n in zip(DEAD_LETTER_REASONS, by_reason, strict=True) if n},
-            n_rd,
-            (old_id, int(old_cr)) if old_id else None,
-            (new_id, int(new_cr)) if new_id else None,
-        )
+    async def stats(self, t: Target, *, now: int) -> QueueStats:
+        return _stats(await self._queue("stats", t, now, []))
 
     # -- messages -------------------------------------------------------------------------------------
 
@@ -465,6 +445,13 @@ class Scripts:
             SweepReply(int(r[0]), int(r[1]), None if int(r[2]) < 0 else int(r[2]), bool(r[3]))
             for r in await self._run.each(self._s["sweep"], calls)
         ]
+
+    # -- metrics --------------------------------------------------------------------------------------
+
+    async def stats_each(self, targets: Sequence[Target], *, now: int) -> list[QueueStats]:
+        """stats.lua once per queue, pipelined on one connection (GET /metrics' gauges)."""
+        calls = [(t.keys, [*t.head, now, *self._defaults]) for t in targets]
+        return [_stats(raw) for raw in await self._run.each(self._s["stats"], calls)]
 
 
 # the task's hash fields, in the order redrive_step.lua returns them

@@ -31,7 +31,6 @@ from core.models import (
     Idempotency,
     Message,
     MessageId,
-    MessageStamp,
     NewMessage,
     NotDeleted,
     Page,
@@ -310,20 +309,7 @@ class RedisStore:
         await self._drop(q, delete_queue=False)
 
     async def stats(self, q: QueueRef) -> QueueStats:
-        r = await self._scripts.stats(await self._target(q), now=self._clock.now_ms())
-        return QueueStats(
-            free=r.total - r.claimed,
-            claimed=r.claimed,
-            delayed=r.delayed,
-            total=r.total,
-            oldest=MessageStamp(MessageId(r.oldest[0]), r.oldest[1]) if r.oldest else None,
-            newest=MessageStamp(MessageId(r.newest[0]), r.newest[1]) if r.newest else None,
-            dead_lettered=r.dead_lettered,
-            discarded=r.discarded,
-            dead_letters_received=r.received,
-            dead_lettered_by_reason=r.by_reason,
-            redriven=r.redriven,
-        )
+        return await self._scripts.stats(await self._target(q), now=self._clock.now_ms())
 
     # -- messages -----------------------------------------------------------------------------------------
 
@@ -846,3 +832,12 @@ class RedisStore:
     async def aclose(self) -> None:
         await self._runner.aclose()
         await self._client.aclose()
+
+    # -- metrics ------------------------------------------------------------------------------------------
+
+    async def queue_gauges(self, *, limit: int) -> tuple[list[tuple[QueueRef, QueueStats]], bool]:
+        from storage.redis import gauges  # on first use: only GET /metrics needs it
+
+        return await gauges.queue_gauges(
+            self._client, self._scripts, self._namespace, now=self._clock.now_ms(), limit=limit
+        )

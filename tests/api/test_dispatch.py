@@ -14,6 +14,7 @@ from starlette.routing import Route as StarletteRoute
 
 from api.errors import JSON_PATCH
 from api.head import HeadAsGet
+from api.metrics import HttpMetrics
 from api.routing import PlainRoute, Router
 from app.main import create_app
 from app.settings import Settings
@@ -33,10 +34,12 @@ def _domain_errors() -> list[type[errors.CharonError]]:
 def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> None:
     app = create_app(Settings(storage_uri="redis://unused"))
     plain = [r for r in app.router.routes if isinstance(r, PlainRoute)]
-    assert {r.name for r in plain} == HOT
+    assert {r.name for r in plain} == HOT | {"metrics"}  # GET /metrics: plain for its guard, not hot
     assert not any(isinstance(r, APIRoute) for r in plain)
-    assert app.router.routes[: len(plain)] == plain  # tried first: a regular expression per route tried
-    assert [m.cls for m in app.user_middleware] == [HeadAsGet]  # no path around the router
+    hot = [r for r in plain if r.name in HOT]
+    assert app.router.routes[: len(hot)] == hot  # tried first: a regular expression per route tried
+    # no path around the router (HttpMetrics only counts what the router served)
+    assert [m.cls for m in app.user_middleware] == [HeadAsGet, HttpMetrics]
 
 
 def test_each_request_is_served_by_the_route_declared_for_it() -> None:

@@ -30,6 +30,7 @@ def test_schema_documents_every_route_and_the_dead_letter_field() -> None:
 def test_readme_documents_every_setting() -> None:
     """README's configuration table has a row per setting with the default and description the code has."""
     from api.keystone import KeystoneSettings
+    from app.settings import MetricsSettings
     from core.limits import Limits
     from service.delivery import NotificationSettings
 
@@ -40,7 +41,7 @@ def test_readme_documents_every_setting() -> None:
     rows = [
         f"| `CHARON_{name.upper()}` | `{shown(f.default)}` | {f.description} |"
         for name, f in Settings.model_fields.items()
-        if name not in ("limits", "keystone", "notifications")
+        if name not in ("limits", "keystone", "notifications", "metrics")
     ]
     rows += [
         f"| `CHARON_KEYSTONE__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
@@ -53,6 +54,10 @@ def test_readme_documents_every_setting() -> None:
     rows += [
         f"| `CHARON_NOTIFICATIONS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
         for name, f in NotificationSettings.model_fields.items()
+    ]
+    rows += [
+        f"| `CHARON_METRICS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
+        for name, f in MetricsSettings.model_fields.items()
     ]
     assert [row for row in rows if row not in readme] == []
 
