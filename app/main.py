@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from api.access import AccessLog, RequestLog
 from api.auth import Authenticator, AuthMode
 from api.contract import refine
 from api.errors import register_error_handlers
@@ -116,6 +117,15 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            async with serving():
+                yield
+        finally:
+            if access_log is not None:
+                access_log.flush()  # the lines still waiting
+
+    @asynccontextmanager
+    async def serving() -> AsyncIterator[None]:
         if store is not None:
             app.state.store = store
             async with sweeping(store):
@@ -177,7 +187,9 @@ def create_app(
     hot = [r for r in declared if isinstance(r, PlainRoute)]
     app.router.routes[:0] = hot
     app.router.routes.extend(r for r in declared if r not in hot)
-    app.add_middleware(HeadAsGet)
+    access_log = app.state.access_log = AccessLog() if settings.access_log else None
+    app.add_middleware(RequestLog, log=access_log)
+    app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -162,3 +162,9 @@ class Settings(BaseSettings):
     limits: Limits = Field(
         default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
     )
+    access_log: bool = Field(
+        True,
+        description="One JSON line a request on stderr (logger `charon.access`: time, request_id, project, "
+        "method, route template, status, duration_ms, bytes, client; README: Logs and request ids). false "
+        "turns it off; every answer still carries its X-OpenStack-Request-Id.",
+    )

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
+from api.access import RequestLog
 from api.errors import JSON_PATCH
 from api.head import HeadAsGet
 from api.routing import PlainRoute, Router
@@ -36,7 +37,8 @@ def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> N
     assert {r.name for r in plain} == HOT
     assert not any(isinstance(r, APIRoute) for r in plain)
     assert app.router.routes[: len(plain)] == plain  # tried first: a regular expression per route tried
-    assert [m.cls for m in app.user_middleware] == [HeadAsGet]  # no path around the router
+    # no path around the router: HEAD as GET, then the request id and access log (api/access.py)
+    assert [m.cls for m in app.user_middleware] == [HeadAsGet, RequestLog]
 
 
 def test_each_request_is_served_by_the_route_declared_for_it() -> None:
