@@ -3,10 +3,10 @@
 FastAPI documents what routes declare (their query models and paths: api/params.py); much of what Charon
 checks is read by hand (the identity headers, bodies parsed after a size limit) or depends on the configured
 limits. This module is the one place that writes all of it into the document: every parameter's exact schema
-(names matched in full, ids, bounds from `Limits`), the required headers, the reserved metadata keys, and
-every status an operation can answer. The served document follows the service's settings; `openapi.yaml` is
-the one with the defaults (a test keeps them equal). `tests/acceptance/test_contract_fuzz.py` holds the
-server to it.
+(names matched in full, ids, bounds from `Limits`), the required headers, the reserved metadata keys,
+every status an operation can answer, and the request id (X-OpenStack-Request-Id) every answer carries. The
+served document follows the service's settings; `openapi.yaml` is the one with the defaults (a test keeps
+them equal). `tests/acceptance/test_contract_fuzz.py` holds the server to it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from api.access import WELL_FORMED
 from api.ids import ID_SCHEMA
 from api.routes.queues import ListQuery
 from core.limits import (
@@ -76,6 +77,22 @@ STATUS_TEXT = {
     507: "The storage is full and refuses writes; nothing was changed.",
 }
 WRITES = frozenset({"put", "post", "patch", "delete"})
+REQUEST_ID = "X-OpenStack-Request-Id"
+# In every operation and every answer, by reference (components/parameters, components/headers)
+REQUEST_ID_PARAMETER: Schema = {
+    "name": REQUEST_ID,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string"},  # anything is taken: a malformed id is replaced, not refused
+    "description": "The request's id, kept when it is `req-` and a UUID in lowercase hex (oslo.middleware's "
+    "form), else replaced by a fresh one (never refused).",
+}
+REQUEST_ID_HEADER: Schema = {
+    "required": True,
+    "schema": {"type": "string", "pattern": f"^{WELL_FORMED.pattern.decode()}$"},
+    "description": "The request's id: the one sent when well-formed, else a fresh `req-<uuid4>`. The "
+    "service's log lines about the request carry it.",
+}
 
 
 def _headers(auth: str) -> list[Schema]:
@@ -336,6 +353,13 @@ def _links(paths: dict[str, Schema]) -> None:
 OPERATION_KEYS = ("tags", "summary", "description", "operationId", "parameters", "requestBody", "responses")
 
 
+def _request_id(operation: Schema) -> None:
+    """Every operation takes X-OpenStack-Request-Id, and every answer carries it (api/access.py)."""
+    operation.setdefault("parameters", []).append({"$ref": "#/components/parameters/RequestId"})
+    for response in operation["responses"].values():
+        response.setdefault("headers", {})[REQUEST_ID] = {"$ref": "#/components/headers/RequestId"}
+
+
 def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
     """Make FastAPI's `schema` the exact contract of a service with these `limits` and authentication mode
     (CHARON_AUTH; in place)."""
@@ -343,6 +367,7 @@ def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
         for method, operation in operations.items():
             _parameters(path, method, operation, limits, auth)
             _responses(path, method, operation, auth)
+            _request_id(operation)
             if auth != "noauth" and "x-policy-rule" in operation:
                 schemes = ["keystone", "signedUrl"] if auth == "keystone" else ["signedUrl"]
                 operation["security"] = [{name: []} for name in schemes]
@@ -352,3 +377,5 @@ def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
     _components(schema.setdefault("components", {}).setdefault("schemas", {}), limits)
     kept = SECURITY_SCHEMES if auth == "keystone" else {"signedUrl": SECURITY_SCHEMES["signedUrl"]}
     schema["components"]["securitySchemes"] = kept
+    schema["components"]["parameters"] = {"RequestId": REQUEST_ID_PARAMETER}
+    schema["components"]["headers"] = {"RequestId": REQUEST_ID_HEADER}

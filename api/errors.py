@@ -1,7 +1,9 @@
-"""The one place that turns errors into Zaqar-style JSON: {"title": ..., "description": ...}."""
+"""The one place that turns errors into Zaqar-style JSON: {"title": ..., "description": ...}. A 5xx is also
+logged (`charon.errors`), with the request's id (api/access.py), which its answer carries too."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,9 +14,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from api.access import request_id_of, route_of
 from core.errors import CharonError, UnsupportedMediaType
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
+log = logging.getLogger("charon.errors")
 
 
 def error_response(
@@ -47,9 +51,16 @@ def describe_errors(errors: Sequence[Any], *, sourced: bool = False) -> str:
     return "; ".join(parts) or "The request is not valid."
 
 
-async def _charon_error(_: Request, exc: Exception) -> JSONResponse:
+def _where(request: Request) -> str:
+    """The request, for a log line: its id, method and route template."""
+    return f"{request_id_of(request.scope)} {request.scope['method']} {route_of(request.scope)}"
+
+
+async def _charon_error(request: Request, exc: Exception) -> JSONResponse:
     """The answer to a domain error, from a FastAPI route or a plain one alike (api/routing.py)."""
     assert isinstance(exc, CharonError)
+    if exc.status >= 500:
+        log.warning("%s: %d %s", _where(request), exc.status, exc.description)
     return error_response(exc.status, exc.title, exc.description, exc.details, exc.headers)
 
 
@@ -95,9 +106,10 @@ UNEXPECTED = (
 )
 
 
-async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-    """A bug's answer: JSON like every other error, never Starlette's text/plain (the traceback is logged by
-    the server, which sees the exception re-raised after this answer)."""
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """A bug's answer: JSON like every other error, never Starlette's text/plain; the traceback is logged here
+    with the request's id (api.access.RequestLog answers with this handler and does not re-raise)."""
+    log.error("%s: 500 unexpected %s", _where(request), type(exc).__name__, exc_info=exc)
     return error_response(500, "Internal server error", UNEXPECTED)
 
 

@@ -106,10 +106,12 @@ class PlainRoute(StarletteRoute):
         model = self.query_model = query_model_of(endpoint)
         self.doc = doc
         self.rule = rule
+        route = self
 
         if model.model_fields:
 
             async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+                scope["route"] = route  # as FastAPI's routes do: the access log's template (api/access.py)
                 request = Request(scope, receive, send)
                 if rule is not None:
                     await (guard or request.app.state.auth.authorize)(request, rule)
@@ -119,6 +121,7 @@ class PlainRoute(StarletteRoute):
         else:
 
             async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+                scope["route"] = route
                 request = Request(scope, receive, send)
                 if rule is not None:
                     await (guard or request.app.state.auth.authorize)(request, rule)

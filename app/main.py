@@ -11,11 +11,12 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from api.access import AccessLog, RequestLog
 from api.auth import Authenticator, AuthMode
 from api.contract import refine
 from api.errors import register_error_handlers
@@ -39,6 +40,11 @@ from service.waiting import LongPolls
 from storage.base import Store
 from storage.pooling.store import PooledStore
 from storage.registry import open_catalogue, open_store
+from storage.traced import traced
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
+    from opentelemetry.trace import TracerProvider
 
 VERSION = "0.1.0"
 
@@ -112,12 +118,22 @@ def notifier(app: FastAPI, settings: Settings, clock: Clock) -> Notifier:
 
 
 def create_app(
-    settings: Settings | None = None, *, store: Store | None = None, clock: Clock | None = None
+    settings: Settings | None = None,
+    *,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> FastAPI:
     """Build the app. With `store` given the caller owns it; otherwise the lifespan opens the configured one
-    (an embedded redis-server when no storage URI is set) and closes it at shutdown."""
+    (an embedded redis-server when no storage URI is set) and closes it at shutdown. With CHARON_TRACING,
+    spans go to `tracer_provider` (the caller's), else to an OTLP exporter the lifespan shuts down."""
     settings = settings or Settings()
     clock = clock or SystemClock()
+    exporting: SDKTracerProvider | None = None
+    if settings.tracing and tracer_provider is None:
+        from app.tracing import exporting_provider
+
+        tracer_provider = exporting = exporting_provider(settings)
 
     defaults = settings.dead_letter_defaults()
 
@@ -144,8 +160,19 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            async with serving():
+                yield
+        finally:
+            if access_log is not None:
+                access_log.flush()  # the lines still waiting
+            if exporting is not None:
+                exporting.shutdown()  # sends the spans still batched
+
+    @asynccontextmanager
+    async def serving() -> AsyncIterator[None]:
         if store is not None:
-            app.state.store = store
+            app.state.store = requests_store(store)
             async with sweeping(store):
                 yield
             return
@@ -155,20 +182,22 @@ def create_app(
             embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
             uri = embedded.start()
         timeout = settings.storage_timeout
+        opened: Store
         if settings.pooling:
             catalogue = open_catalogue(uri, namespace=settings.namespace, timeout=timeout)
-            app.state.store = PooledStore(
+            opened = PooledStore(
                 catalogue, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
             )
         else:
-            app.state.store = open_store(
+            opened = open_store(
                 uri, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
             )
+        app.state.store = requests_store(opened)
         try:
-            async with sweeping(app.state.store):
+            async with sweeping(opened):
                 yield
         finally:
-            await app.state.store.aclose()
+            await opened.aclose()
             if embedded is not None:
                 embedded.stop()
 
@@ -198,8 +227,6 @@ def create_app(
     app.state.long_polls = LongPolls(
         lambda: app.state.store, clock=clock, max_waiting=settings.limits.max_waiting_claims
     )
-    if store is not None:
-        app.state.store = store
     register_error_handlers(app)
     declared = [
         r for m in (messages, claims, health, queues, subscriptions, redrive, admin) for r in m.router.routes
@@ -221,7 +248,23 @@ def create_app(
     declared += metrics_route.router.routes
     app.router.routes += metrics_route.router.routes
     app.add_middleware(HttpMetrics)
-    app.add_middleware(HeadAsGet)
+    access_log = app.state.access_log = AccessLog() if settings.access_log else None
+    app.add_middleware(RequestLog, log=access_log)
+    app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by
+    tracer = None
+    if settings.tracing:
+        from app.tracing import instrument
+
+        assert tracer_provider is not None
+        tracer = instrument(app, tracer_provider)
+
+    def requests_store(active: Store) -> Store:
+        """The store requests use (app.state.store): with tracing, each call a span. The sweeper's calls
+        are not traced: it runs every CHARON_SWEEP_INTERVAL, in no request."""
+        return traced(active, tracer) if tracer is not None else active
+
+    if store is not None:
+        app.state.store = requests_store(store)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -203,6 +203,25 @@ class Settings(BaseSettings):
     limits: Limits = Field(
         default_factory=Limits, description="Zaqar's limits, e.g. CHARON_LIMITS__MAX_MESSAGE_TTL."
     )
+    access_log: bool = Field(
+        True,
+        description="One JSON line a request on stderr (logger `charon.access`: time, request_id, project, "
+        "method, route template, status, duration_ms, bytes, client; README: Logs and request ids). false "
+        "turns it off; every answer still carries its X-OpenStack-Request-Id.",
+    )
+    tracing: bool = Field(
+        False,
+        description="OpenTelemetry traces, sent over OTLP/HTTP: a span for each request (its route template) "
+        "with one child span for each storage call (`store.<method>`). Needs the `tracing` extra (pip "
+        "install 'charon-queue[tracing]'); off, nothing is instrumented.",
+    )
+    tracing_endpoint: str | None = Field(
+        None,
+        description="With tracing: the OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces. Unset: "
+        "the exporter's own default (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "else http://localhost:4318/v1/traces).",
+    )
+
     metrics: MetricsSettings = Field(
         default_factory=MetricsSettings,
         description="GET /metrics: access without the admin role, and its cost, e.g. "

@@ -24,6 +24,7 @@ from core.models import QueueInfo, QueueRef
 from core.queue_filter import QueueFilter
 from storage.base import Store
 from storage.pooling.store import PooledStore
+from storage.traced import unwrapped
 
 T = TypeVar("T")
 METADATA_WRITE_ATTEMPTS = 8
@@ -72,7 +73,7 @@ async def check(
     if size > limits.max_queue_metadata:
         raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
     policy = parse_policy(metadata, limits, queue=q.name)
-    if metadata.get(FLAVOR) is not None and not isinstance(store, PooledStore):
+    if metadata.get(FLAVOR) is not None and not isinstance(unwrapped(store), PooledStore):
         raise InvalidInput(
             f"{FLAVOR} chooses the pool a queue is placed in, and this service runs without pools "
             "(CHARON_POOLING=false): it would have no effect. Leave it out."

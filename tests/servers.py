@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import httpx
 import redis
@@ -183,8 +184,14 @@ class CharonProcess:
         data_dir: Path | None = None,
         namespace: str = "charon",
         env: dict[str, str] | None = None,
+        *,
+        log_level: str = "warning",
+        stdout: IO[bytes] | None = None,
+        stderr: IO[bytes] | None = None,
     ) -> None:
+        """`stdout`, `stderr`: where its output goes (else the test's)."""
         self.port = free_port()
+        self.log_level, self.stdout, self.stderr = log_level, stdout, stderr
         self.env = dict(os.environ, CHARON_NAMESPACE=namespace, **(env or {}))
         if storage_uri is not None:
             self.env["CHARON_STORAGE_URI"] = storage_uri
@@ -203,9 +210,9 @@ class CharonProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> CharonProcess:
+        argv = ["-m", "app.cli", "serve", "--port", str(self.port), "--log-level", self.log_level]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--log-level", "warning"],
-            env=self.env,
+            [sys.executable, *argv], env=self.env, stdout=self.stdout, stderr=self.stderr
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -32,6 +32,7 @@ from storage.base import Store
 from storage.pooling.catalogue import Flavor, Pool
 from storage.pooling.store import PooledStore, pool_namespace
 from storage.registry import open_store
+from storage.traced import unwrapped
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,7 +48,7 @@ async def require_admin_mode(request: Request) -> None:
 
 
 async def pooled_store(request: Request) -> PooledStore:
-    store = request.app.state.store
+    store = unwrapped(request.app.state.store)  # the pool catalogue's calls are not traced
     if not isinstance(store, PooledStore):
         raise Conflict(
             "Pooling is off: the service stores every queue in CHARON_STORAGE_URI. Start it with "

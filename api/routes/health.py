@@ -18,6 +18,7 @@ from api.schemas import ErrorOut, HealthOut
 from core.errors import StorageFull, StorageUnavailable
 from storage.base import Store
 from storage.pooling.store import PooledStore
+from storage.traced import unwrapped
 
 router = Router(tags=["service"])
 
@@ -141,8 +142,9 @@ async def ping(request: Request) -> Response:
 async def health(store: StoreDep, request: Request) -> Response:
     """Zaqar's health: whether the storage answers; with pooling, an admin also sees the catalogue and each
     pool."""
-    if isinstance(store, PooledStore) and request.app.state.settings.admin_mode and may(request, DETAILED):
-        return await _pooled_health(store)
+    pooled = unwrapped(store)
+    if isinstance(pooled, PooledStore) and request.app.state.settings.admin_mode and may(request, DETAILED):
+        return await _pooled_health(pooled)
     try:
         await store.ping()
     except StorageUnavailable:

@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 from starlette.routing import Route as StarletteRoute
 
+from api.access import RequestLog
 from api.errors import JSON_PATCH
 from api.head import HeadAsGet
 from api.metrics import HttpMetrics
@@ -38,8 +39,9 @@ def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> N
     assert not any(isinstance(r, APIRoute) for r in plain)
     hot = [r for r in plain if r.name in HOT]
     assert app.router.routes[: len(hot)] == hot  # tried first: a regular expression per route tried
-    # no path around the router (HttpMetrics only counts what the router served)
-    assert [m.cls for m in app.user_middleware] == [HeadAsGet, HttpMetrics]
+    # no path around the router: HEAD as GET, the request id and access log (api/access.py), then
+    # HttpMetrics (it counts only what the router served)
+    assert [m.cls for m in app.user_middleware] == [HeadAsGet, RequestLog, HttpMetrics]
 
 
 def test_each_request_is_served_by_the_route_declared_for_it() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
 import yaml
@@ -88,7 +89,22 @@ def test_every_operation_in_openapi_yaml_is_guarded_by_a_registered_policy_rule(
 def test_every_reference_in_openapi_yaml_resolves() -> None:
     """A body model missing from api/schemas.py REQUEST_MODELS leaves its $ref pointing at nothing."""
     text = SPEC.read_text(encoding="utf-8")
-    schemas = yaml.safe_load(text)["components"]["schemas"]
-    refs = set(re.findall(r"\$ref: '#/components/schemas/([^']+)'", text))
-    assert refs
-    assert refs - set(schemas) == set()
+    components = yaml.safe_load(text)["components"]
+    refs = set(re.findall(r"\$ref: '#/components/(\w+)/([^']+)'", text))
+    assert {kind for kind, _ in refs} == {"schemas", "parameters", "headers"}
+    assert {(kind, name) for kind, name in refs if name not in components[kind]} == set()
+
+
+def test_every_operation_takes_and_every_answer_carries_the_request_id() -> None:
+    spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
+    parameter = {"$ref": "#/components/parameters/RequestId"}
+    header = {"$ref": "#/components/headers/RequestId"}
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            assert parameter in operation["parameters"], (method, path)
+            for status, response in operation["responses"].items():
+                assert response["headers"]["X-OpenStack-Request-Id"] == header, (method, path, status)
+    assert spec["components"]["parameters"]["RequestId"]["required"] is False
+    assert re.fullmatch(
+        spec["components"]["headers"]["RequestId"]["schema"]["pattern"], f"req-{uuid.uuid4()}"
+    )
