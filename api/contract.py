@@ -311,6 +311,11 @@ def _components(schemas: dict[str, Schema], limits: Limits) -> None:
     bounded("MessageIn", "delay", 0, limits.max_message_delay)
     bounded("ClaimIn", "ttl", limits.min_claim_ttl, limits.max_claim_ttl)
     bounded("ClaimIn", "grace", 0, limits.max_claim_grace)
+    for model in ("SubscriptionIn", "SubscriptionPatch"):
+        bounded(model, "ttl", limits.min_subscription_ttl, limits.max_subscription_ttl)
+        subscriber = schemas[model]["properties"]["subscriber"]
+        text = {"type": "string", "minLength": 1, "maxLength": limits.max_subscriber_length}
+        subscriber.update({"anyOf": [text, {"type": "null"}]} if "anyOf" in subscriber else text)
     schemas["QueueMetadata"] = _metadata_schema(limits)
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)

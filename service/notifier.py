@@ -34,6 +34,8 @@ log = logging.getLogger("charon.notifier")
 
 RETRY_POLICY = "_retry_policy"
 POLICY_CACHE_S = 5.0  # how long a queue's _retry_policy is used before it is read again
+NO_SLOT_WAIT_MS = 1000  # a delivery that found no free slot is due again this much later (not counted)
+REST_MS = 1000  # a subscription whose try failed gets no other try for at least this long (even "no delay")
 
 
 def notification_document(d: Delivery, now_ms: int) -> dict[str, Any]:
@@ -71,6 +73,10 @@ class Notifier:
         self._notice_ttl = notice_ttl
         self._owner = f"notifier-{uuid.uuid4().hex[:12]}"
         self._policies: dict[QueueRef, tuple[float, RetryPolicy | None]] = {}
+        # subscription id -> until when (clock ms) its deliveries are put off after a failed try: a subscriber
+        # that fails (or hangs until the timeout) is tried once, not once for each delivery it is owed, so it
+        # cannot hold the process's slots while other subscribers wait
+        self._resting: dict[str, int] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
 
     @property
@@ -126,7 +132,15 @@ class Notifier:
 
     async def _send(self, d: Delivery) -> None:
         try:
+            resting = self._resting.get(d.subscription.id, 0)
+            if resting > self._clock.now_ms():  # put off, not tried: its subscriber just failed
+                await self.store.finish_delivery(d, retry_at_ms=resting, attempted=False)
+                return
             outcome = await self._deliverer.deliver(d.subscription, self._document(d))
+            if not outcome.attempted:  # no free slot in time: nothing was sent, so nothing failed
+                retry_at = self._clock.now_ms() + NO_SLOT_WAIT_MS
+                await self.store.finish_delivery(d, retry_at_ms=retry_at, attempted=False)
+                return
             await self._finish(d, outcome)
         except CharonError as exc:  # the finish failed: the delivery comes due again when its lease ends
             log.warning(
@@ -156,6 +170,7 @@ class Notifier:
 
     async def _finish(self, d: Delivery, outcome: Outcome) -> None:
         if outcome.delivered:
+            self._resting.pop(d.subscription.id, None)
             await self.store.finish_delivery(d, retry_at_ms=None)
             NOTIFICATIONS.labels(d.kind, "delivered").inc()
             NOTIFICATION_LATENCY.observe(max(0, self._clock.now_ms() - d.created_ms) / 1000)
@@ -176,7 +191,12 @@ class Notifier:
             )
             await self.store.finish_delivery(d, retry_at_ms=None)
             return
-        await self.store.finish_delivery(d, retry_at_ms=self._clock.now_ms() + int(delay * 1000))
+        now = self._clock.now_ms()
+        retry_at = now + int(delay * 1000)
+        if len(self._resting) >= 10_000:
+            self._resting.clear()
+        self._resting[d.subscription.id] = max(retry_at, now + REST_MS)
+        await self.store.finish_delivery(d, retry_at_ms=retry_at)
         NOTIFICATIONS.labels(d.kind, "retried").inc()
 
     async def _policy(self, d: Delivery) -> RetryPolicy:

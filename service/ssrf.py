@@ -40,6 +40,9 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # connecting to 0.x.x.x reaches this host on Linux
+# Networks no check of the ipaddress module names, where clouds keep their metadata services: shared address
+# space (100.64.0.0/10: Alibaba's 100.100.100.200) and AWS's IPv6 metadata address.
+_METADATA = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd00:ec2::254/128"))
 _REFUSED_KINDS = (
     ("is_loopback", "loopback"),
     ("is_link_local", "link-local"),
@@ -53,6 +56,8 @@ _ADDRESS = re.compile(
     r"@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )
 MAX_ADDRESS = 254
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*\.?")  # urlsplit lowercases the host
 
 
 class Refused(Exception):
@@ -71,12 +76,16 @@ def refusal(address: Address, allowed: Iterable[Network] = ()) -> str | None:
             return kind
     if isinstance(address, ipaddress.IPv4Address) and address in _THIS_NETWORK:
         return "this-network (0.0.0.0/8)"
+    if any(address.version == n.version and address in n for n in _METADATA):
+        return "shared or metadata-service"
     return None
 
 
 def ip_literal(host: str) -> Address | None:
     """The address when `host` (as urlsplit gives it: lowercase, no brackets) is an IP literal, including
-    the legacy IPv4 forms a resolver reads as one (127.1, 2130706433, 0x7f.1); pure, no lookup."""
+    the legacy IPv4 forms a resolver reads as one (127.1, 2130706433, 0x7f.1), and with a trailing dot
+    (127.0.0.1., which resolvers read as the address too); pure, no lookup."""
+    host = host[:-1] if host.endswith(".") else host
     try:
         return ipaddress.ip_address(host)
     except ValueError:
@@ -158,6 +167,13 @@ def check_subscriber(uri: str, limits: Limits, *, allowed_networks: Sequence[Net
             f"The port of {FIELD} must be a number from 1 to 65535; got {_shown(parts.netloc)}."
         )
     address = ip_literal(host)
+    if address is None and _HOST_NAME.fullmatch(host) is None:
+        raise InvalidInput(
+            f"The host of {FIELD} must be an IP address or a name of ASCII letters, digits, '-' and '.' "
+            f"(an international name in its xn-- form); got {_shown(host)}."
+        )
+    if address is None and (host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost")):
+        address = ipaddress.IPv4Address("127.0.0.1")  # RFC 6761: such names are loopback, whatever DNS says
     why = None if address is None else refusal(address, allowed_networks)
     if why is not None:
         raise InvalidInput(

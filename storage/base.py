@@ -326,9 +326,10 @@ class SubscriptionStore(Protocol):
         project) for `lease_ms`: none is leased to two owners at once while its lease runs. Deliveries
         whose subscription is gone or expired are deleted here instead of returned."""
 
-    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
         """End a leased delivery: None deletes it (delivered, or given up); otherwise it is due again at
-        `retry_at_ms` with attempts + 1. Finishing one that is gone is not an error."""
+        `retry_at_ms`, with attempts + 1 when it was `attempted` (not when the notifier put it off without
+        trying). Finishing one that is gone is not an error."""
 
     async def outbox_stats(self) -> tuple[int, int | None]:
         """(deliveries waiting in every project, due time in ms of the earliest one or None): the

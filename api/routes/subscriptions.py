@@ -7,14 +7,11 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import orjson
-from core.retry import parse_retry_policy
 from fastapi import Request, Response
 from pydantic import Field
-from service.delivery import check_options
-from service.ssrf import check_subscriber
 
 from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_object, validate_body
-from api.ids import SubscriptionIdDep
+from api.ids import ID_PATTERN, SubscriptionIdDep
 from api.params import QUERY, QueryModel
 from api.render import json_response
 from api.routing import Router
@@ -28,9 +25,12 @@ from api.schemas import (
     SubscriptionsPage,
     json_body,
 )
-from core.errors import InvalidBody, SubscriptionExists
-from core.limits import Limits, check_json_depth, check_page_limit, check_range, is_valid_id
+from core.errors import Conflict, InvalidBody, SubscriptionExists
+from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
+from core.retry import parse_retry_policy
+from service.delivery import check_options
+from service.ssrf import check_subscriber
 
 router = Router(tags=["subscriptions"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -74,7 +74,9 @@ def _ttl(ttl: int, limits: Limits) -> int:
 
 
 class ListQuery(QueryModel):
-    marker: str | None = Field(None, description="Id of the last subscription of the previous page.")
+    marker: str | None = Field(
+        None, pattern=ID_PATTERN, description="Id of the last subscription of the previous page."
+    )
     limit: int | None = Field(None, description="Page size, 1 to 20.")
 
 
@@ -127,11 +129,6 @@ async def list_subscriptions(
     size = check_page_limit(
         params.limit if params.limit is not None else limits.default_messages_per_page, limits
     )
-    if params.marker is not None and not is_valid_id(params.marker):
-        raise InvalidBody(
-            "marker must be the id of the last subscription of the previous page; "
-            f"got {params.marker[:40]!r}."
-        )
     page = await store.list_subscriptions(q, marker=params.marker, limit=size)
     now = clock.now_ms()
     links = []
@@ -162,6 +159,19 @@ async def update_subscription(
     body = validate_body(SubscriptionPatch, raw)
     if not raw:
         raise InvalidBody("Give at least one of subscriber, ttl and options to change.")
+    for name, value in raw.items():
+        if value is None:
+            raise InvalidBody(f"{name} must not be null: leave it out to keep it as it is.")
+    if body.subscriber is not None and request.app.state.settings.notifications.require_confirmation:
+        # A confirmation (its pre-signed URL) is for the subscription id, not for a subscriber: one that
+        # could change its subscriber would carry its confirmation over to an address that never agreed.
+        current = await store.get_subscription(q, subscription_id)
+        if body.subscriber != current.subscriber:
+            raise Conflict(
+                "This service requires confirmed subscriptions (CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION): "
+                "a subscription's subscriber cannot change. Subscribe the new subscriber (it is asked to "
+                "confirm) and delete this subscription."
+            )
     await store.update_subscription(
         q,
         subscription_id,

@@ -6,6 +6,7 @@ slots; and the SSRF guard (service/ssrf.py) vets every address a webhook connect
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -27,6 +28,8 @@ MAX_ANSWER_BYTES = (
     64 * 1024
 )  # of a webhook's answer read (so that its connection can be kept); the rest is not
 KEEPALIVE_CONNECTIONS = 64
+
+log = logging.getLogger("charon.notifier")
 
 
 def check_options(options: Mapping[str, Any]) -> None:
@@ -123,6 +126,9 @@ class Deliverer:
                 self._active += 1
                 try:
                     return await send(subscription, document)
+                except Exception as exc:  # what no retry can fix (a header the client cannot encode, ...)
+                    log.warning("delivery to subscription %s cannot be made: %r", subscription.id, exc)
+                    return failed(f"{type(exc).__name__}: {str(exc)[:200]}")
                 finally:
                     slots.active -= 1
                     self._active -= 1

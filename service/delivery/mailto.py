@@ -6,6 +6,7 @@ through the operator's SMTP server (CHARON_NOTIFICATIONS__SMTP_*)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from email.message import EmailMessage
 from typing import Any
@@ -24,12 +25,24 @@ CONFIRMATION_SUBJECTS = {  # Zaqar's default email templates' topics
 }
 
 
+_ADDRESS = re.compile(r"[^\s@,;<>()\"\\\[\]:]{1,64}@[A-Za-z0-9.-]{1,253}")
+
+
 def check_mail_options(options: Mapping[str, Any]) -> None:
-    """`options.subject` and `options.from`: absent, or strings on one line."""
-    for name in ("subject", "from"):
-        value = options.get(name)
-        if value is not None and (not isinstance(value, str) or any(c in value for c in "\r\n\0")):
-            raise InvalidInput(f"options.{name} must be a string without line breaks; got {value!r:.80}.")
+    """`options.subject`: absent, or a string of printable characters (at most 998); `options.from`: absent,
+    or one mail address."""
+    subject = options.get("subject")
+    if subject is not None and (
+        not isinstance(subject, str) or len(subject) > 998 or not subject.isprintable()
+    ):
+        raise InvalidInput(
+            f"options.subject must be a string of at most 998 printable characters; got {subject!r:.80}."
+        )
+    sender = options.get("from")
+    if sender is not None and (not isinstance(sender, str) or _ADDRESS.fullmatch(sender) is None):
+        raise InvalidInput(
+            f"options.from must be one mail address, like team@example.com; got {sender!r:.80}."
+        )
 
 
 def mail_message(

@@ -17,6 +17,26 @@ from service.delivery.outcome import Outcome, delivered, failed, retry
 
 PLACEHOLDER = '"$zaqar_message$"'  # quotes included: post_data is a JSON text with the message as a value
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 field name
+_VALUE = re.compile(r"[\t\x20-\x7e]{0,4096}")  # visible ASCII, spaces and tabs: what every hop sends on as is
+MAX_HEADERS = 32
+# The request's framing and routing are the service's: a subscriber that set them could split one POST into
+# two on a kept-alive connection (and read the next request sent on it, maybe another project's), or aim
+# the request at another virtual host.
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "expect",
+        "proxy-authorization",
+        "proxy-connection",
+    }
+)
 
 
 def webhook_request(options: Mapping[str, Any], document: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
@@ -40,19 +60,28 @@ def webhook_request(options: Mapping[str, Any], document: Mapping[str, Any]) -> 
 
 
 def check_post_headers(value: object) -> dict[str, str]:
-    """`options.post_headers`: None, or an object of header names to values without line breaks."""
+    """`options.post_headers`: None, or an object of at most MAX_HEADERS header names (RFC 9110 tokens, none
+    of RESERVED_HEADERS) to values of visible ASCII, spaces and tabs (at most 4,096)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise InvalidInput(
             f"options.post_headers must be an object of header names to strings; got {value!r:.80}."
         )
+    if len(value) > MAX_HEADERS:
+        raise InvalidInput(f"options.post_headers may hold at most {MAX_HEADERS} headers; got {len(value)}.")
     for name, header in value.items():
         if not isinstance(name, str) or not _TOKEN.fullmatch(name):
             raise InvalidInput(f"options.post_headers has an invalid header name {name!r:.80}.")
-        if not isinstance(header, str) or any(c in header for c in "\r\n\0"):
+        if name.lower() in RESERVED_HEADERS or name.lower().startswith("proxy-"):
             raise InvalidInput(
-                f"options.post_headers.{name} must be a string without line breaks; got {header!r:.80}."
+                f"options.post_headers.{name} is the service's to set (it frames and routes the request); "
+                f"these may not be given: {', '.join(sorted(RESERVED_HEADERS))}, Proxy-*."
+            )
+        if not isinstance(header, str) or not _VALUE.fullmatch(header):
+            raise InvalidInput(
+                f"options.post_headers.{name} must be a string of at most 4,096 visible ASCII characters, "
+                f"spaces or tabs; got {header!r:.80}."
             )
     return dict(value)
 

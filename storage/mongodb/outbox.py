@@ -196,13 +196,13 @@ def _owed_to(delivery: Doc, sub: Doc | None, now: int) -> bool:
     return bool(sub[S.CONFIRMED]) or delivery[D.KIND] != "notification"
 
 
-async def finish(c: Collections, delivery_id: str, retry_at_ms: int | None) -> None:
+async def finish(c: Collections, delivery_id: str, retry_at_ms: int | None, *, attempted: bool) -> None:
     if retry_at_ms is None:
         await c.deliveries.delete_one({D.ID: delivery_id})
         return
     await c.deliveries.update_one(
         {D.ID: delivery_id},
-        {"$set": {D.DUE: retry_at_ms}, "$inc": {D.ATTEMPTS: 1}, "$unset": {D.OWNER: ""}},
+        {"$set": {D.DUE: retry_at_ms}, "$inc": {D.ATTEMPTS: int(attempted)}, "$unset": {D.OWNER: ""}},
     )
 
 

@@ -921,8 +921,8 @@ class MongoStore:
         return await outbox.lease(self._c, owner, now=self._now(), lease_ms=lease_ms, limit=limit)
 
     @_op
-    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
-        await outbox.finish(self._c, d.id, retry_at_ms)
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
+        await outbox.finish(self._c, d.id, retry_at_ms, attempted=attempted)
 
     @_op
     async def outbox_stats(self) -> tuple[int, int | None]:

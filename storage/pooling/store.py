@@ -533,10 +533,10 @@ class PooledStore:
             raise failure
         return taken
 
-    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
         store = await self._route(QueueRef(d.project, d.subscription.queue))
         if store is not None:
-            await store.finish_delivery(d, retry_at_ms=retry_at_ms)
+            await store.finish_delivery(d, retry_at_ms=retry_at_ms, attempted=attempted)
 
     async def outbox_stats(self) -> tuple[int, int | None]:
         waiting, earliest = 0, None

@@ -166,9 +166,11 @@ class Outbox:
             await self.record(dict.fromkeys(projects, now))
         return out
 
-    async def finish(self, d: Delivery, *, retry_at_ms: int | None) -> None:
+    async def finish(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool) -> None:
         project = ProjectKeys.of(self._ns, d.project)
-        first = await self._scripts.finish_delivery(project, delivery_id=d.id, retry_at=retry_at_ms)
+        first = await self._scripts.finish_delivery(
+            project, delivery_id=d.id, retry_at=retry_at_ms, attempted=attempted
+        )
         if first is not None:
             try:
                 async with unavailable_as_domain_error():

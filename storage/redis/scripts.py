@@ -429,11 +429,12 @@ class Scripts:
         ]
 
     async def finish_delivery(
-        self, project: ProjectKeys, *, delivery_id: str, retry_at: int | None
+        self, project: ProjectKeys, *, delivery_id: str, retry_at: int | None, attempted: bool
     ) -> int | None:
         """The project's outbox's earliest due time after it, None when empty."""
         keys = [project.outbox, project.delivery(delivery_id)]
-        first = await self._run(self._s["finish_delivery"], keys, [delivery_id, _opt(retry_at)])
+        args = [delivery_id, _opt(retry_at), int(attempted)]
+        first = await self._run(self._s["finish_delivery"], keys, args)
         return None if int(first) < 0 else int(first)
 
     # -- the sweeper ----------------------------------------------------------------------------------

@@ -581,8 +581,8 @@ class RedisStore:
     async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
         return await self._outbox.lease(owner, now=self._clock.now_ms(), lease_ms=lease_ms, limit=limit)
 
-    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None) -> None:
-        await self._outbox.finish(d, retry_at_ms=retry_at_ms)
+    async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
+        await self._outbox.finish(d, retry_at_ms=retry_at_ms, attempted=attempted)
 
     async def outbox_stats(self) -> tuple[int, int | None]:
         return await self._outbox.stats()

@@ -139,6 +139,26 @@ async def test_a_failing_subscriber_is_retried_by_the_policy_and_nobody_waits_fo
     assert len(webhook_receiver.requests) == 1
 
 
+async def test_a_subscriber_whose_try_failed_rests_and_its_other_deliveries_wait_uncounted(
+    app: FastAPI, client: httpx.AsyncClient, webhook_receiver: HttpReceiver, clock: ManualClock
+) -> None:
+    """Zaqar's default policy retries 3 times "with no delay": a subscriber that fails is still tried at
+    most once a second, and its other deliveries are put off without using up their tries."""
+    webhook_receiver.answer(503)
+    await subscribe(
+        client, webhook_receiver.url_for("/down"), options={"_retry_policy": {"maximum_delay_retries": 0}}
+    )
+    await client.post(f"{Q}/messages", json={"messages": [{"body": 1}]})
+    assert await notify(app) == 1
+    await client.post(f"{Q}/messages", json={"messages": [{"body": n} for n in range(5)]})
+    assert await notify(app) == 6  # the first one's retry and the new five: put off, none sent
+    assert len(webhook_receiver.requests) == 1
+    webhook_receiver.answer(200)
+    clock.advance(1)
+    assert await notify(app) == 6
+    assert len(await webhook_receiver.arrived(7)) == 7
+
+
 async def test_a_subscriber_refusing_for_good_is_given_up_at_once(
     app: FastAPI, client: httpx.AsyncClient, webhook_receiver: HttpReceiver, clock: ManualClock
 ) -> None:

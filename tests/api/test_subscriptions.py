@@ -8,7 +8,12 @@ from typing import Any
 import httpx
 import pytest
 
+from app.main import create_app
+from app.settings import Settings
 from core.clock import ManualClock
+from service.delivery import NotificationSettings
+from storage.base import Store
+from tests.conftest import api_client
 
 Q = "/v2/queues/orders"
 HOOK = "https://hooks.example.com/charon"
@@ -119,6 +124,12 @@ async def test_a_queue_has_at_most_its_limit_of_subscriptions(client: httpx.Asyn
         ({"subscriber": "http://127.0.0.1:8080/"}, "subscriber"),
         ({"subscriber": "http://169.254.169.254/latest/meta-data/"}, "subscriber"),
         ({"subscriber": "http://[::1]/"}, "subscriber"),
+        ({"subscriber": "http://127.0.0.1./"}, "subscriber"),
+        ({"subscriber": "http://localhost:8080/"}, "subscriber"),
+        ({"subscriber": "http://100.100.100.200/latest/meta-data/"}, "subscriber"),
+        ({"subscriber": "http://[fd00:ec2::254]/"}, "subscriber"),
+        ({"subscriber": "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/"}, "subscriber"),
+        ({"subscriber": "http://a_b.example.com/"}, "subscriber"),
         ({"subscriber": "mailto:"}, "subscriber"),
         ({"subscriber": 7}, "subscriber"),
         ({"subscriber": HOOK, "ttl": 59}, "ttl"),
@@ -127,6 +138,14 @@ async def test_a_queue_has_at_most_its_limit_of_subscriptions(client: httpx.Asyn
         ({"subscriber": HOOK, "options": []}, "options"),
         ({"subscriber": HOOK, "options": {"post_data": 3}}, "post_data"),
         ({"subscriber": HOOK, "options": {"post_headers": {"X-A": 1}}}, "post_headers"),
+        (
+            {"subscriber": HOOK, "options": {"post_headers": {"Transfer-Encoding": "chunked"}}},
+            "Transfer-Encoding",
+        ),
+        ({"subscriber": HOOK, "options": {"post_headers": {"Content-Length": "4"}}}, "Content-Length"),
+        ({"subscriber": HOOK, "options": {"post_headers": {"Host": "169.254.169.254"}}}, "Host"),
+        ({"subscriber": HOOK, "options": {"post_headers": {"X-A": "\u00fc\u2603"}}}, "post_headers.X-A"),
+        ({"subscriber": "mailto:a@example.com", "options": {"from": "a@b.example, c@d.example"}}, "from"),
         ({"subscriber": HOOK, "options": {"_retry_policy": {"minimum_delay": "5"}}}, "minimum_delay"),
         (
             {"subscriber": HOOK, "options": {"_retry_policy": {"retry_backoff_function": "cubic"}}},
@@ -176,6 +195,33 @@ async def test_a_patch_needs_something_to_change_and_a_known_subscription(client
     r = await client.get(f"{Q}/subscriptions/not-an-id")
     assert r.status_code == 404
     assert other
+
+
+@pytest.mark.parametrize("field", ["subscriber", "ttl", "options"])
+async def test_a_patch_with_null_is_400_not_ignored(client: httpx.AsyncClient, field: str) -> None:
+    sid = await subscribe(client, {"subscriber": HOOK})
+    r = await client.patch(f"{Q}/subscriptions/{sid}", json={field: None})
+    assert r.status_code == 400, r.text
+    assert field in r.json()["description"]
+
+
+async def test_with_confirmation_required_the_subscriber_cannot_change(
+    store: Store, clock: ManualClock
+) -> None:
+    """Else a confirmation (for the subscription id) would carry over to an address that never agreed."""
+    notifications = NotificationSettings(require_confirmation=True)
+    settings = Settings(storage_uri="redis://unused", notifications=notifications, signed_url_key="k")
+    app = create_app(settings, store=store, clock=clock)
+    async with api_client(app) as client:
+        sid = await subscribe(client, {"subscriber": HOOK})
+        r = await client.patch(f"{Q}/subscriptions/{sid}", json={"subscriber": HOOK + "/victim"})
+        assert r.status_code == 409, r.text
+        assert "REQUIRE_CONFIRMATION" in r.json()["description"]
+        assert (await client.get(f"{Q}/subscriptions/{sid}")).json()["subscriber"] == HOOK
+        r = await client.patch(f"{Q}/subscriptions/{sid}", json={"subscriber": HOOK, "ttl": 600})
+        assert r.status_code == 204  # the same subscriber is no change
+    await app.state.deliverer.aclose()
+    await app.state.long_polls.aclose()
 
 
 async def test_confirm_takes_a_boolean(client: httpx.AsyncClient) -> None:

@@ -271,10 +271,24 @@ def test_an_operator_allowed_network_may_be_subscribed() -> None:
         ({"post_headers": {"Bad Name": "1"}}, r"invalid header name 'Bad Name'"),
         (
             {"post_headers": {"X": "a\r\nEvil: 1"}},
-            r"options\.post_headers\.X must be a string without line breaks",
+            r"options\.post_headers\.X must be a string of at most 4,096 visible ASCII",
         ),
+        ({"post_headers": {"X": "\u00fc\u2603"}}, r"options\.post_headers\.X must be a string of at most"),
+        ({"post_headers": {"X": "a\x01"}}, r"options\.post_headers\.X must be a string of at most"),
+        # the request's framing and routing: a subscriber could split one POST in two on a kept connection
+        (
+            {"post_headers": {"Transfer-Encoding": "chunked"}},
+            r"post_headers\.Transfer-Encoding is the service's",
+        ),
+        ({"post_headers": {"content-length": "4"}}, r"post_headers\.content-length is the service's"),
+        ({"post_headers": {"Host": "internal.example"}}, r"post_headers\.Host is the service's"),
+        ({"post_headers": {"Connection": "close"}}, r"post_headers\.Connection is the service's"),
+        ({"post_headers": {"Proxy-Foo": "1"}}, r"post_headers\.Proxy-Foo is the service's"),
+        ({"post_headers": {f"X-{i}": "1" for i in range(33)}}, r"at most 32 headers"),
         ({"subject": 5}, r"options\.subject must be a string"),
-        ({"from": "a@b\nBcc: c@d"}, r"options\.from must be a string without line breaks"),
+        ({"subject": "a\nBcc: c@d"}, r"options\.subject must be a string of at most 998 printable"),
+        ({"from": "a@b\nBcc: c@d"}, r"options\.from must be one mail address"),
+        ({"from": "ceo@bank.example, other@evil.example"}, r"options\.from must be one mail address"),
         (
             {"_retry_policy": {"minimum_delay": 0}},
             r"options\._retry_policy\.minimum_delay must be an integer",
