@@ -198,7 +198,7 @@ async def delete_subscription(q: QueueDep, subscription_id: SubscriptionIdDep, s
     "(with a pre-signed URL to confirm again). A subscriber usually calls this with the pre-signed URL "
     "headers of its confirmation request, without a token.",
     openapi_extra=json_body(ConfirmIn),
-    responses={404: {"model": ErrorOut}},
+    responses={404: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
 async def confirm_subscription(
     q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep, limits: LimitsDep, request: Request

@@ -268,6 +268,8 @@ async def test_every_body_past_its_limit_or_not_utf8_is_refused_as_published(
     (message_id,) = await post(client, "big", 1)
     claim = await client.post("/v2/queues/big/claims", json={"ttl": 60})
     claim_id = claim.headers["location"].rsplit("/", 1)[1]
+    hook = {"subscriber": "https://hooks.example.com/"}
+    subscription_id = (await client.post("/v2/queues/big/subscriptions", json=hook)).json()["subscription_id"]
     checked = []
     for path, operations in spec["paths"].items():
         if not path.startswith("/v2/queues/"):
@@ -275,7 +277,9 @@ async def test_every_body_past_its_limit_or_not_utf8_is_refused_as_published(
         for method, operation in operations.items():
             if "requestBody" not in operation:
                 continue
-            url = path.format(queue_name="big", message_id=message_id, claim_id=claim_id)
+            url = path.format(
+                queue_name="big", message_id=message_id, claim_id=claim_id, subscription_id=subscription_id
+            )
             content_type = next(iter(operation["requestBody"]["content"]))
             r = await client.request(method, url, content=big, headers={"Content-Type": content_type})
             error(r, 413)
