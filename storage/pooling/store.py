@@ -18,9 +18,9 @@ import asyncio
 import hashlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from core.clock import Clock, SystemClock
 from core.errors import (
@@ -56,6 +56,8 @@ from core.models import (
 from storage.base import DEFAULT_TIMEOUT_S, Store, WakeCallback, Wakeups
 from storage.pooling.catalogue import Catalogue, Pool
 from storage.registry import open_store
+
+T = TypeVar("T")
 
 POOL_REFRESH_S = 5.0  # how long a pool's definition (its URI) is trusted before it is read again
 PLACE_ATTEMPTS = 5  # a chosen pool can vanish before the placement lands; choose again this often
@@ -426,15 +428,23 @@ class PooledStore:
         return await (await self._route_task(q, task_id)).cancel_redrive(q, task_id)
 
     async def lease_redrives(self, owner: str, *, lease_ms: int, limit: int) -> list[tuple[QueueRef, TaskId]]:
-        """Tasks from each pool in turn; an unreachable pool does not keep the others' tasks from running
-        (its error is raised only when no pool gave a task)."""
-        taken: list[tuple[QueueRef, TaskId]] = []
+        """Tasks from each pool in turn (_lease_from_each_pool)."""
+        return await self._lease_from_each_pool(
+            lambda store, room: store.lease_redrives(owner, lease_ms=lease_ms, limit=room), limit
+        )
+
+    async def _lease_from_each_pool(
+        self, lease: Callable[[Store, int], Awaitable[list[T]]], limit: int
+    ) -> list[T]:
+        """Up to `limit` leased from each pool in turn; an unreachable pool does not keep the others' work
+        from running (its error is raised only when no pool gave anything)."""
+        taken: list[T] = []
         failure: StorageUnavailable | None = None
         for _, store in await self._each_pool():
             if len(taken) >= limit:
                 break
             try:
-                taken += await store.lease_redrives(owner, lease_ms=lease_ms, limit=limit - len(taken))
+                taken += await lease(store, limit - len(taken))
             except StorageUnavailable as exc:
                 failure = exc
         if failure is not None and not taken:
@@ -518,20 +528,10 @@ class PooledStore:
             await store.purge_subscriptions(q)
 
     async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
-        """Deliveries from each pool in turn; an unreachable pool does not hold up the others' (its error is
-        raised only when no pool gave one)."""
-        taken: list[Delivery] = []
-        failure: StorageUnavailable | None = None
-        for _, store in await self._each_pool():
-            if len(taken) >= limit:
-                break
-            try:
-                taken += await store.lease_deliveries(owner, lease_ms=lease_ms, limit=limit - len(taken))
-            except StorageUnavailable as exc:
-                failure = exc
-        if failure is not None and not taken:
-            raise failure
-        return taken
+        """Deliveries from each pool in turn (_lease_from_each_pool)."""
+        return await self._lease_from_each_pool(
+            lambda store, room: store.lease_deliveries(owner, lease_ms=lease_ms, limit=room), limit
+        )
 
     async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
         store = await self._route(QueueRef(d.project, d.subscription.queue))
