@@ -59,7 +59,6 @@ class Notifier:
         batch: int,
         interval: float,
         signing_key: bytes | None,
-        public_endpoint: str | None = None,
         notice_ttl: int = 3600,
     ) -> None:
         self._store = store
@@ -69,7 +68,6 @@ class Notifier:
         self._batch = batch
         self._interval = interval
         self._signing_key = signing_key
-        self._public_endpoint = public_endpoint
         self._notice_ttl = notice_ttl
         self._owner = f"notifier-{uuid.uuid4().hex[:12]}"
         self._policies: dict[QueueRef, tuple[float, RetryPolicy | None]] = {}
@@ -165,7 +163,6 @@ class Notifier:
             key=self._signing_key,
             expires=expires,
             unsubscribed=unsubscribed,
-            public_endpoint=self._public_endpoint,
         )
 
     async def _finish(self, d: Delivery, outcome: Outcome) -> None:
