@@ -136,7 +136,7 @@ SECURITY_SCHEMES: dict[str, Schema] = {
 def _path_schema(name: str) -> Schema | None:
     if name in ("queue_name", "pool_name", "flavor_name"):
         return {**NAME_SCHEMA, "description": f"A name: {NAME_RULE}."}
-    if name in ("message_id", "claim_id", "task_id"):
+    if name in ("message_id", "claim_id", "task_id", "subscription_id"):
         return {**ID_SCHEMA, "description": "32 lowercase hex digits (any other text is an unknown id: 404)."}
     return None
 
@@ -158,6 +158,8 @@ def _query_schema(path: str, method: str, name: str, limits: Limits) -> Schema |
     if name == "marker":
         if path.endswith("/messages"):
             return {"type": "integer", "minimum": 0, "maximum": MAX_MARKER}
+        if path.endswith("/subscriptions"):
+            return dict(ID_SCHEMA)
         return dict(NAME_SCHEMA)
     if name in (
         "echo",

@@ -104,6 +104,17 @@ _CLAIM_ID_PARAM = core_schema.custom_error_schema(
 ClaimIdParam = Annotated[
     ClaimId, GetPydanticSchema(lambda _type, _handler: _CLAIM_ID_PARAM), WithJsonSchema(ID_SCHEMA)
 ]
+# A subscription listing's `marker`: the id of the last subscription of the previous page.
+_SUBSCRIPTION_ID_PARAM = core_schema.custom_error_schema(
+    core_schema.str_schema(pattern=ID_PATTERN),
+    custom_error_type="subscription_id",
+    custom_error_message="must be a subscription id (32 lowercase hex digits)",
+)
+SubscriptionIdParam = Annotated[
+    SubscriptionId,
+    GetPydanticSchema(lambda _type, _handler: _SUBSCRIPTION_ID_PARAM),
+    WithJsonSchema(ID_SCHEMA),
+]
 
 
 def _listed(raw: list[str], max_ids: int, name: str, kind: str) -> list[str]:

@@ -11,7 +11,7 @@ from fastapi import Request, Response
 from pydantic import Field
 
 from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_object, validate_body
-from api.ids import ID_PATTERN, SubscriptionIdDep
+from api.ids import SubscriptionIdDep, SubscriptionIdParam
 from api.params import QUERY, QueryModel
 from api.render import json_response
 from api.routing import Router
@@ -74,8 +74,8 @@ def _ttl(ttl: int, limits: Limits) -> int:
 
 
 class ListQuery(QueryModel):
-    marker: str | None = Field(
-        None, pattern=ID_PATTERN, description="Id of the last subscription of the previous page."
+    marker: SubscriptionIdParam | None = Field(
+        None, description="Id of the last subscription of the previous page."
     )
     limit: int | None = Field(None, description="Page size, 1 to 20.")
 
@@ -91,7 +91,7 @@ class ListQuery(QueryModel):
     "the operator requires confirmation (CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION), a new subscription "
     "is first sent a confirmation request with a pre-signed URL for `PUT .../confirm`, and told nothing "
     "else until confirmed; posting it again while unconfirmed sends the request again (201).",
-    openapi_extra=json_body(SubscriptionIn),
+    openapi_extra=json_body(SubscriptionIn, required=True),
     responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
 async def create_subscription(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
@@ -149,7 +149,7 @@ async def get_subscription(
     f"{S}/{{subscription_id}}",
     status_code=204,
     summary="Change a subscription's subscriber, ttl (counted from now) or options",
-    openapi_extra=json_body(SubscriptionPatch),
+    openapi_extra=json_body(SubscriptionPatch, required=True),
     responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
 async def update_subscription(
@@ -197,7 +197,7 @@ async def delete_subscription(q: QueueDep, subscription_id: SubscriptionIdDep, s
     description="`confirmed: false` stops its notifications and sends it an `UnsubscribeConfirmation` "
     "(with a pre-signed URL to confirm again). A subscriber usually calls this with the pre-signed URL "
     "headers of its confirmation request, without a token.",
-    openapi_extra=json_body(ConfirmIn),
+    openapi_extra=json_body(ConfirmIn, required=True),
     responses={404: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
 async def confirm_subscription(
