@@ -171,7 +171,8 @@ class Outbox:
         first = await self._scripts.finish_delivery(
             project, delivery_id=d.id, retry_at=retry_at_ms, attempted=attempted
         )
-        if first is not None:
+        # A delivery deleted moves no due time earlier; one due again may (its lease end was recorded)
+        if retry_at_ms is not None and first is not None:
             try:
                 async with unavailable_as_domain_error():
                     await self._client.zadd(outbox_due_key(self._ns), {d.project: first}, lt=True)
