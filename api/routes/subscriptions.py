@@ -28,7 +28,6 @@ from api.schemas import (
 from core.errors import Conflict, InvalidBody, SubscriptionExists
 from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
-from core.retry import parse_retry_policy
 from service.delivery import check_options
 from service.ssrf import check_subscriber
 
@@ -58,9 +57,7 @@ def _options(options: dict[str, Any], limits: Limits) -> dict[str, Any]:
             f"(CHARON_LIMITS__MAX_SUBSCRIPTION_OPTIONS); got {size}."
         )
     check_json_depth(options, limits, "options")
-    if options.get("_retry_policy") is not None:
-        parse_retry_policy(options["_retry_policy"], "options._retry_policy")
-    check_options(options)
+    check_options(options)  # post_data, post_headers, subject, from, _retry_policy
     return options
 
 
