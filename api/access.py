@@ -30,8 +30,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import IDENTITY
 from api.head import HEAD_KEY
+from api.metrics import HttpMetrics
 
 REQUEST_ID = "charon.request_id"  # the scope key of the request's id
+CLIENT_GONE = (
+    499  # nginx's "client closed request": the HTTP series' status of one cancelled before an answer
+)
 HEADER = b"x-openstack-request-id"
 WELL_FORMED = re.compile(rb"req-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 ACCESS_LOGGER = "charon.access"
@@ -79,11 +83,13 @@ def route_of(scope: Scope) -> str | None:
 
 
 class RequestLog:
-    """The request id in, on the scope and out; `log`: where each request's access line goes (None: off)."""
+    """The request id in, on the scope and out; `log`: where each request's access line goes (None: off);
+    `metrics`: what counts each request for GET /metrics (None: not counted)."""
 
-    def __init__(self, app: ASGIApp, log: AccessLog | None) -> None:
+    def __init__(self, app: ASGIApp, log: AccessLog | None, metrics: HttpMetrics | None = None) -> None:
         self.app = app
         self.log = log
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,9 +113,14 @@ class RequestLog:
 
         began = time.time()
         start = time.perf_counter_ns()
+        counted = 0  # the status the HTTP series count when no answer began (see HttpMetrics.count)
         try:
             await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            counted = CLIENT_GONE
+            raise
         except Exception as exc:
+            counted = 500
             handler = scope["app"].exception_handlers.get(Exception)
             if status or handler is None:  # an answer has begun: the server ends the connection
                 raise
@@ -117,8 +128,11 @@ class RequestLog:
             response = await handler(Request(scope, receive), exc)
             await response(scope, receive, send_with_id)
         finally:
+            took = time.perf_counter_ns() - start
             if self.log is not None:
-                self.log.add(scope, rid, status, size, began, time.perf_counter_ns() - start)
+                self.log.add(scope, rid, status, size, began, took)
+            if self.metrics is not None:
+                self.metrics.count(scope, status or counted, took / 1e9)
 
 
 # what a line says, in its order: time (s), request_id, project, method, route, status, duration (ns), bytes,

@@ -1,26 +1,22 @@
 """The HTTP series of GET /metrics: every request counted by route template, method and status, and timed.
 
-`HttpMetrics` is plain ASGI (no BaseHTTPMiddleware, whose task and streams would cost every request far more
-than the counting does), inside HeadAsGet: it reads the route the router matched from the scope (a HEAD
-served by its GET route is counted as HEAD). Each (route, method, status) keeps its two prometheus-client
-children, so a request costs a dict lookup, a counter increment and a histogram observation
-(bench/README.md, "What GET /metrics costs").
+`HttpMetrics` is called by api.access.RequestLog (pure ASGI, inside HeadAsGet) when a request ends, with the
+status and time that middleware already takes: no layer of its own. It reads the route the router matched
+from the scope (a HEAD served by its GET route is counted as HEAD). Each (route, method, status) keeps its
+two prometheus-client children, so a request costs a dict lookup, a counter increment and a histogram
+observation (bench/README.md, "What GET /metrics costs").
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from prometheus_client import Counter, Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from api.head import HEAD_KEY
 from service.metrics import REGISTRY
 
 UNMATCHED = "unmatched"  # the route label of a request no route matched (404, 405)
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # the others: "other"
-CLIENT_GONE = 499  # nginx's "client closed request": cancelled before any answer
 
 HTTP_REQUESTS = Counter(
     "charon_http_requests_total",
@@ -39,33 +35,14 @@ HTTP_DURATION = Histogram(
 
 
 class HttpMetrics:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    """Counts each request; api.access.RequestLog, the one middleware that already waits for every answer
+    (its status, its time), calls `count` when the request ends."""
+
+    def __init__(self) -> None:
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 0
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        began = time.perf_counter()
-        try:
-            await self.app(scope, receive, sending)
-        except BaseException as exc:
-            if not status:  # ServerErrorMiddleware, outside, answers 500
-                status = CLIENT_GONE if isinstance(exc, asyncio.CancelledError) else 500
-            raise
-        finally:
-            self._count(scope, status, time.perf_counter() - began)
-
-    def _count(self, scope: Scope, status: int, seconds: float) -> None:
+    def count(self, scope: Scope, status: int, seconds: float) -> None:
+        """`status`: the answer's, or for a request that ended before one began, 499 (cancelled) or 500."""
         route = scope.get("route")
         path = getattr(route, "path", None) or UNMATCHED
         method = "HEAD" if scope.get(HEAD_KEY) else scope["method"]

@@ -247,9 +247,8 @@ def create_app(
     )
     declared += metrics_route.router.routes
     app.router.routes += metrics_route.router.routes
-    app.add_middleware(HttpMetrics)
     access_log = app.state.access_log = AccessLog() if settings.access_log else None
-    app.add_middleware(RequestLog, log=access_log)
+    app.add_middleware(RequestLog, log=access_log, metrics=HttpMetrics())
     app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by
     tracer = None
     if settings.tracing:

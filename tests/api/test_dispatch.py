@@ -39,9 +39,10 @@ def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> N
     assert not any(isinstance(r, APIRoute) for r in plain)
     hot = [r for r in plain if r.name in HOT]
     assert app.router.routes[: len(hot)] == hot  # tried first: a regular expression per route tried
-    # no path around the router: HEAD as GET, the request id and access log (api/access.py), then
-    # HttpMetrics (it counts only what the router served)
-    assert [m.cls for m in app.user_middleware] == [HeadAsGet, RequestLog, HttpMetrics]
+    # no path around the router: HEAD as GET, then the request id, the access log and the HTTP series
+    # (api/access.py, which counts with api/metrics.py's HttpMetrics what the router served)
+    assert [m.cls for m in app.user_middleware] == [HeadAsGet, RequestLog]
+    assert isinstance(app.user_middleware[1].kwargs["metrics"], HttpMetrics)
 
 
 def test_each_request_is_served_by_the_route_declared_for_it() -> None:
