@@ -14,6 +14,7 @@ from app.settings import Settings
 from core.errors import CharonError
 
 APP = "app.main:create_app"
+API_APP = "app.main:api_app"
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -57,6 +58,14 @@ def serve(args: argparse.Namespace) -> int:
             flush=True,
         )
     workers = args.workers or settings.workers
+    app = APP
+    supervised = None
+    if settings.notifications.process:
+        from app.notify import Supervised
+
+        app = API_APP  # the workers deliver nothing: the notifier process does
+        supervised = Supervised([sys.executable, "-m", "app.cli", "notify", "--nice", "--with-parent"])
+        supervised.start()
     options: dict[str, Any] = {
         "host": host,
         "port": port,
@@ -68,12 +77,28 @@ def serve(args: argparse.Namespace) -> int:
         if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
             from app.workers import run_workers
 
-            return run_workers(uvicorn.Config(APP, factory=True, **options))
-        uvicorn.run(APP, factory=True, **options)
+            return run_workers(uvicorn.Config(app, factory=True, **options))
+        uvicorn.run(app, factory=True, **options)
     finally:
+        if supervised is not None:
+            supervised.stop()
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+def notify(args: argparse.Namespace) -> int:
+    """A notifier and nothing else (app/notify.py), against the configured store."""
+    from pydantic import ValidationError
+
+    from app import notify as notifying
+
+    try:
+        settings = Settings()
+    except (ValidationError, ValueError) as exc:
+        print(f"charon: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
+    return notifying.main(settings, nice=args.nice, with_parent=args.with_parent)
 
 
 def _one_line(exc: Exception) -> str:
@@ -131,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int)
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=serve)
+    p = sub.add_parser(
+        "notify", help="deliver notifications to subscribers (what `charon serve` runs beside its workers)"
+    )
+    p.add_argument("--nice", action="store_true", help="lower the CPU priority by CHARON_NOTIFICATIONS__NICE")
+    p.add_argument("--with-parent", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=notify)
     sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
     sub.add_parser(
         "policy", help="print the default policy rules (a policy file to start from)"

@@ -101,12 +101,13 @@ def authenticator(settings: Settings, clock: Clock) -> Authenticator:
 NOTIFIER_INTERVAL_S = 0.1  # how often a notifier looks for due deliveries when the last look found few
 
 
-def notifier(app: FastAPI, settings: Settings, clock: Clock) -> Notifier:
+def notifier(store: Any, deliverer: Deliverer, settings: Settings, clock: Clock) -> Notifier:
+    """The notifier of `store` (a Store, or a callable giving the current one), sending by `deliverer`."""
     n = settings.notifications
     key = settings.signed_url_key
     return Notifier(
-        lambda: app.state.store,
-        app.state.deliverer,
+        store,
+        deliverer,
         clock=clock,
         # a lease outlives a delivery's longest try (its slot wait and its request), with room to finish it
         lease_ms=int((2 * n.webhook_timeout + 10) * 1000),
@@ -117,16 +118,44 @@ def notifier(app: FastAPI, settings: Settings, clock: Clock) -> Notifier:
     )
 
 
+def open_configured_store(settings: Settings, clock: Clock) -> tuple[Store, EmbeddedRedis | None]:
+    """The store the settings name (pooled with CHARON_POOLING), or an embedded redis-server started here when
+    none is named (returned too: the caller stops it after closing the store)."""
+    embedded = None
+    uri = settings.store_uri()
+    if uri is None:
+        embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
+        uri = embedded.start()
+    timeout, defaults = settings.storage_timeout, settings.dead_letter_defaults()
+    if settings.pooling:
+        catalogue = open_catalogue(uri, namespace=settings.namespace, timeout=timeout)
+        pooled = PooledStore(
+            catalogue, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
+        )
+        return pooled, embedded
+    opened = open_store(uri, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout)
+    return opened, embedded
+
+
+def api_app() -> FastAPI:
+    """What `charon serve`'s workers run when the notifier is a process of its own
+    (CHARON_NOTIFICATIONS__PROCESS): the app without a notifier."""
+    return create_app(notify=False)
+
+
 def create_app(
     settings: Settings | None = None,
     *,
     store: Store | None = None,
     clock: Clock | None = None,
     tracer_provider: TracerProvider | None = None,
+    notify: bool = True,
 ) -> FastAPI:
     """Build the app. With `store` given the caller owns it; otherwise the lifespan opens the configured one
     (an embedded redis-server when no storage URI is set) and closes it at shutdown. With CHARON_TRACING,
-    spans go to `tracer_provider` (the caller's), else to an OTLP exporter the lifespan shuts down."""
+    spans go to `tracer_provider` (the caller's), else to an OTLP exporter the lifespan shuts down. With
+    `notify`, the process runs a notifier in its event loop (app/notify.py runs one in a process of its
+    own)."""
     settings = settings or Settings()
     clock = clock or SystemClock()
     exporting: SDKTracerProvider | None = None
@@ -139,11 +168,11 @@ def create_app(
 
     @asynccontextmanager
     async def sweeping(active: Store) -> AsyncIterator[None]:
-        """The background work of every process: the sweeper (unless turned off) and redrive adoption."""
-        tasks = [
-            asyncio.create_task(app.state.redrive.run_forever(), name="charon-redrive"),
-            asyncio.create_task(app.state.notifier.run(), name="charon-notifier"),
-        ]
+        """The background work of every process: the sweeper (unless turned off), redrive adoption and (with
+        `notify`) the notifier."""
+        tasks = [asyncio.create_task(app.state.redrive.run_forever(), name="charon-redrive")]
+        if notify:
+            tasks.append(asyncio.create_task(app.state.notifier.run(), name="charon-notifier"))
         if settings.sweep_interval > 0:
             sweeper = run_sweeper(active, settings.sweep_interval)
             tasks.append(asyncio.create_task(sweeper, name="charon-sweeper"))
@@ -176,22 +205,7 @@ def create_app(
             async with sweeping(store):
                 yield
             return
-        embedded = None
-        uri = settings.store_uri()
-        if uri is None:
-            embedded = EmbeddedRedis(settings.data_dir, settings.redis_server)
-            uri = embedded.start()
-        timeout = settings.storage_timeout
-        opened: Store
-        if settings.pooling:
-            catalogue = open_catalogue(uri, namespace=settings.namespace, timeout=timeout)
-            opened = PooledStore(
-                catalogue, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
-            )
-        else:
-            opened = open_store(
-                uri, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
-            )
+        opened, embedded = open_configured_store(settings, clock)
         app.state.store = requests_store(opened)
         try:
             async with sweeping(opened):
@@ -223,7 +237,7 @@ def create_app(
         lambda: app.state.store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)
     )
     app.state.deliverer = Deliverer(settings.notifications)
-    app.state.notifier = notifier(app, settings, clock)
+    app.state.notifier = notifier(lambda: app.state.store, app.state.deliverer, settings, clock)
     app.state.long_polls = LongPolls(
         lambda: app.state.store, clock=clock, max_waiting=settings.limits.max_waiting_claims
     )

@@ -91,22 +91,24 @@ METRICS_PREFIX = "charon-metrics-"  # then the supervisor's PID
 
 
 def share_metrics(workers: int | None) -> str | None:
-    """With several workers (`workers`, else CHARON_WORKERS), point prometheus-client at a new private
-    directory (mode 0700, empty) for every process of this `charon serve`, removed when it exits; before
-    anything imports prometheus-client, which decides then where values live. A PROMETHEUS_MULTIPROC_DIR
-    already set is not used: another service's files there would be added to ours. A service killed with -9
-    cannot remove its directory: the next one to start removes those whose service is gone (the directory's
-    name holds its PID). With one worker, values stay in memory: counting a request costs a third as much
-    (bench/README.md, "What GET /metrics costs")."""
+    """With several processes (`workers`, else CHARON_WORKERS, above one; or a notifier process of its own,
+    CHARON_NOTIFICATIONS__PROCESS), point prometheus-client at a new private directory (mode 0700, empty) for
+    every process of this `charon serve`, removed when it exits; before anything imports prometheus-client,
+    which decides then where values live. A PROMETHEUS_MULTIPROC_DIR already set is not used: another
+    service's files there would be added to ours. A service killed with -9 cannot remove its directory: the
+    next one to start removes those whose service is gone (the directory's name holds its PID). With one
+    process, values stay in memory: counting a request costs a third as much (bench/README.md, "What GET
+    /metrics costs")."""
     os.environ.pop(METRICS_DIR, None)
-    if workers is None:
-        from app.settings import Settings
+    from app.settings import Settings
 
-        try:
-            workers = Settings().workers
-        except ValueError:  # the configuration's errors are told when `charon serve` reads it next
-            return None
-    if workers <= 1:
+    try:
+        settings = Settings()
+    except ValueError:  # the configuration's errors are told when `charon serve` reads it next
+        return None
+    if workers is None:
+        workers = settings.workers
+    if workers <= 1 and not settings.notifications.process:
         return None
     _remove_stale(Path(tempfile.gettempdir()))
     path = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")

@@ -23,8 +23,8 @@ HTTP/1.1 server that answers every POST with 204 at once and notes when each not
    timed phase and all-in (until the run's last notification). --variants adds `subscription` (no scraper)
    and `metrics` (the scraper alone).
 3. Parts, in this process on a private redis-server: the CPU of each piece of a notification (the post's
-   outbox write, lease, finish, the webhook POST through the service's Deliverer; the POST with a `sniffio`
-   module found, through a plain httpx.AsyncClient, through bench/loadgen.py's small client).
+   outbox write, lease, finish, the webhook POST through the service's Deliverer; the POST through a plain
+   httpx.AsyncClient, through bench/loadgen.py's small client).
 
 Before each phase and each round it waits (every 20 s, at most --busy-wait seconds, 900 by default) until
 `pgrep -f pytest` finds nothing, and it notes the load average at the start and end of every run. With
@@ -47,10 +47,8 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -498,28 +496,16 @@ class ThreadedReceiver:
         self._thread.join(10)
 
 
-@contextlib.contextmanager
-def sniffio_found() -> Iterator[None]:
-    """A stand-in `sniffio` in sys.modules (what httpcore's current_async_library imports on every call,
-    and which nothing installs since anyio 4.11 dropped it): asyncio, always."""
-    shim = types.ModuleType("sniffio")
-    shim.current_async_library = lambda: "asyncio"  # type: ignore[attr-defined]
-    sys.modules["sniffio"] = shim
-    try:
-        yield
-    finally:
-        sys.modules.pop("sniffio", None)
-
-
 async def parts(args: argparse.Namespace) -> dict[str, Any]:
     """A notification's work, piece by piece, in this process on a private redis-server (no HTTP server in
     front): this thread's CPU and redis-server's, per message or per delivery, median of --rounds rounds.
 
     - post: a post of 10 messages to a queue with one subscription against one without (the outbox write);
-    - lease, finish: Store.lease_deliveries (32 at a time) and Store.finish_delivery of what the posts owed;
-    - deliver: service.delivery.Deliverer.deliver (httpx through the SSRF guard's transport), 4 at a time
-      (max_per_subscriber), to the receiver (in another thread); the same with a `sniffio` module found; and,
-      for scale, the same POST from a plain httpx.AsyncClient (no SSRF guard) and from bench/loadgen.py's
+    - lease, finish: Store.lease_deliveries (32 at a time) and Store.finish_deliveries (a lease's worth at
+      once, as the notifier) of what the posts owed;
+    - deliver: service.delivery.Deliverer.deliver (service/delivery/http1.py through the SSRF guard), 4 at a
+      time (max_per_subscriber), to the receiver (in another thread); and, for scale, the same POST from a
+      plain httpx.AsyncClient (no SSRF guard; what the Deliverer used before) and from bench/loadgen.py's
       small HTTP client."""
     from ipaddress import ip_network
 
@@ -578,8 +564,7 @@ async def parts(args: argparse.Namespace) -> dict[str, Any]:
                     if not document:
                         document = notification_document(got[0], int(time.time() * 1000))
                     t, c = time.thread_time(), cpu_seconds(redis)
-                    for d in got:
-                        await store.finish_delivery(d, retry_at_ms=None)
+                    await store.finish_deliveries(got)  # as the notifier finishes what was delivered
                     finish_cpu += time.thread_time() - t
                     finish_redis += cpu_seconds(redis) - c
                 out["lease: this process"].append(lease_cpu / owed * 1e6)
@@ -599,8 +584,7 @@ async def parts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 SENDS = (
-    "deliver (httpx)",
-    "deliver (httpx, sniffio found)",
+    "deliver (Deliverer)",
     "POST (httpx.AsyncClient alone)",
     "POST (bench/loadgen.py client)",
 )
@@ -642,11 +626,7 @@ async def _deliveries(
             assert outcome.delivered, outcome
 
     t = time.thread_time()
-    if "sniffio" in kind:
-        with sniffio_found():
-            await asyncio.gather(*(sender(i) for i in range(4)))
-    else:
-        await asyncio.gather(*(sender(i) for i in range(4)))
+    await asyncio.gather(*(sender(i) for i in range(4)))
     spent = time.thread_time() - t
     if len(receiver.arrivals.get(queue, ())) - before != n // 4 * 4:
         raise RuntimeError(f"{kind}: {len(receiver.arrivals.get(queue, ())) - before} of {n} arrived")

@@ -36,6 +36,8 @@ RETRY_POLICY = "_retry_policy"
 POLICY_CACHE_S = 5.0  # how long a queue's _retry_policy is used before it is read again
 NO_SLOT_WAIT_MS = 1000  # a delivery that found no free slot is due again this much later (not counted)
 REST_MS = 1000  # a subscription whose try failed gets no other try for at least this long (even "no delay")
+FINISH_DELAY_S = 0.005  # deliveries done within this long are finished together (Store.finish_deliveries)
+FINISH_BATCH = 256  # ... at most this many at once
 
 
 def notification_document(d: Delivery, now_ms: int) -> dict[str, Any]:
@@ -76,6 +78,8 @@ class Notifier:
         # cannot hold the process's slots while other subscribers wait
         self._resting: dict[str, int] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._done: list[Delivery] = []  # delivered or given up, to be finished together
+        self._finishing: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> Store:
@@ -87,6 +91,9 @@ class Notifier:
         outage = Outage(log, "notifier", self._interval)
         try:
             while True:
+                if self._room_for() == 0:  # every slot busy: go on as soon as one is free
+                    await asyncio.wait(set(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
+                    continue
                 try:
                     room = self._room_for()
                     leased = await self.step()
@@ -116,17 +123,49 @@ class Notifier:
         return len(deliveries)
 
     async def drain(self) -> None:
-        """Wait for the deliveries in flight (tests, shutdown)."""
+        """Wait for the deliveries in flight, and their finishing (tests, shutdown)."""
         while self._in_flight:
             await asyncio.wait(set(self._in_flight))
+        await self._finish_done()
 
     async def aclose(self) -> None:
-        """Stop sending: what is in flight is cancelled and comes due again when its lease ends."""
+        """Stop sending: what is in flight is cancelled and comes due again when its lease ends; what was
+        delivered is finished."""
         for task in list(self._in_flight):
             task.cancel()
         for task in list(self._in_flight):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._finishing is not None and not self._finishing.done():
+            self._finishing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._finishing
+        await self._finish_done()
+
+    def _done_with(self, d: Delivery) -> None:
+        """`d` is delivered or given up: finished with the others done within FINISH_DELAY_S."""
+        self._done.append(d)
+        if len(self._done) >= FINISH_BATCH:
+            task = asyncio.get_running_loop().create_task(self._finish_done())
+        elif self._finishing is None or self._finishing.done():
+            self._finishing = task = asyncio.get_running_loop().create_task(self._finish_done(FINISH_DELAY_S))
+        else:
+            return
+        self._in_flight.add(task)  # waited for by drain(), counted against the batch while it runs
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _finish_done(self, after: float = 0.0) -> None:
+        if after:
+            await asyncio.sleep(after)
+        done, self._done = self._done, []
+        if not done:
+            return
+        try:
+            await self.store.finish_deliveries(done)
+        except CharonError as exc:  # they come due again when their leases end (at least once)
+            log.warning("%d delivered notifications not finished: %s", len(done), exc.description)
+        except Exception:
+            log.exception("%d delivered notifications not finished", len(done))
 
     async def _send(self, d: Delivery) -> None:
         try:
@@ -168,7 +207,7 @@ class Notifier:
     async def _finish(self, d: Delivery, outcome: Outcome) -> None:
         if outcome.delivered:
             self._resting.pop(d.subscription.id, None)
-            await self.store.finish_delivery(d, retry_at_ms=None)
+            self._done_with(d)
             NOTIFICATIONS.labels(d.kind, "delivered").inc()
             NOTIFICATION_LATENCY.observe(max(0, self._clock.now_ms() - d.created_ms) / 1000)
             return
@@ -186,7 +225,7 @@ class Notifier:
                 d.attempts + 1,
                 outcome.reason,
             )
-            await self.store.finish_delivery(d, retry_at_ms=None)
+            self._done_with(d)
             return
         now = self._clock.now_ms()
         retry_at = now + int(delay * 1000)

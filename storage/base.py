@@ -331,6 +331,10 @@ class SubscriptionStore(Protocol):
         `retry_at_ms`, with attempts + 1 when it was `attempted` (not when the notifier put it off without
         trying). Finishing one that is gone is not an error."""
 
+    async def finish_deliveries(self, done: Sequence[Delivery]) -> None:
+        """finish_delivery(d, retry_at_ms=None) of each of `done` (delivered, or given up), in fewer round
+        trips: what a notifier does with most of what it leases."""
+
     async def outbox_stats(self) -> tuple[int, int | None]:
         """(deliveries waiting in every project, due time in ms of the earliest one or None): the
         notifier's backlog and lag."""

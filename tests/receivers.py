@@ -104,6 +104,8 @@ class HttpReceiver:
         self.in_flight = 0
         self.max_in_flight = 0
         self.delay = 0.0
+        self.connections = 0  # accepted so far
+        self.close_after_answer = False  # hang up after each answer (as a server whose keep-alive ended)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -163,6 +165,7 @@ class HttpReceiver:
             task = asyncio.current_task()
             assert task is not None
             connections.add(task)
+            self.connections += 1
             try:
                 await self._connection(reader, writer)
             except (ConnectionError, asyncio.CancelledError, h11.ProtocolError):
@@ -205,6 +208,9 @@ class HttpReceiver:
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None
                 await self._respond(conn, reader, writer, request, bytes(body))
+                if self.close_after_answer:
+                    await writer.drain()
+                    return
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()

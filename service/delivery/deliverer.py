@@ -13,16 +13,15 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from core.errors import InvalidInput
 from core.models import Subscription
 from core.retry import parse_retry_policy
+from service.delivery.http1 import ProtocolFailure, WebhookClient
 from service.delivery.mailto import check_mail_options, send_mail
 from service.delivery.outcome import Outcome, failed, retry
 from service.delivery.settings import NotificationSettings
 from service.delivery.webhook import outcome_of_status, webhook_request
-from service.ssrf import PinnedTransport, Refused
+from service.ssrf import Refused
 
 MAX_ANSWER_BYTES = (
     64 * 1024
@@ -59,15 +58,10 @@ class Deliverer:
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._subscriptions: dict[str, _Slots] = {}
         self._active = 0
-        limits = httpx.Limits(
-            max_connections=settings.max_concurrent,
-            max_keepalive_connections=min(settings.max_concurrent, KEEPALIVE_CONNECTIONS),
-        )
-        self._client = httpx.AsyncClient(
-            transport=PinnedTransport(settings.allowed_networks, limits=limits),
-            timeout=httpx.Timeout(settings.webhook_timeout),
-            follow_redirects=False,
-            trust_env=False,
+        self._client = WebhookClient(
+            settings.allowed_networks,
+            max_idle=min(settings.max_concurrent, KEEPALIVE_CONNECTIONS),
+            max_answer_bytes=MAX_ANSWER_BYTES,
         )
 
     async def __aenter__(self) -> Deliverer:
@@ -147,24 +141,17 @@ class Deliverer:
             return failed(exc.description)
         timeout = self.settings.webhook_timeout
         try:
-            async with (
-                asyncio.timeout(timeout),
-                self._client.stream("POST", subscription.subscriber, content=body, headers=headers) as answer,
-            ):
-                read = 0
-                async for chunk in answer.aiter_raw():
-                    read += len(chunk)
-                    if read >= MAX_ANSWER_BYTES:
-                        break
+            async with asyncio.timeout(timeout):
+                answer = await self._client.post(subscription.subscriber, body, headers)
         except Refused as exc:
             return failed(f"refused: {exc}")
-        except (TimeoutError, httpx.TimeoutException):
+        except TimeoutError:
             return retry(f"no answer within {timeout:g} s")
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        except ValueError as exc:  # not an http(s) URL with a host (checked when subscribed, so unlikely)
             return failed(f"{type(exc).__name__}: {str(exc)[:200]}")
-        except httpx.TransportError as exc:  # could not connect, or the connection broke
+        except (OSError, asyncio.IncompleteReadError, ProtocolFailure) as exc:  # no connection, or it broke
             return retry(f"{type(exc).__name__}: {str(exc)[:200]}")
-        return outcome_of_status(answer.status_code, answer.headers.get("location"))
+        return outcome_of_status(answer.status, answer.location)
 
     async def _mail(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
         try:

@@ -8,6 +8,20 @@ from pydantic import BaseModel, Field, IPvAnyNetwork, SecretStr
 class NotificationSettings(BaseModel):
     model_config = {"frozen": True}
 
+    process: bool = Field(
+        True,
+        description="`charon serve` delivers from a process of its own (`charon notify`, restarted if it "
+        "dies), at a lower CPU priority than the API workers (`nice`), so that a burst of notifications "
+        "never slows posting and claiming: on a saturated machine deliveries wait (durably, in the outbox) "
+        "and catch up. false: every API worker delivers in its own event loop.",
+    )
+    nice: int = Field(
+        19,
+        ge=0,
+        le=19,
+        description="How much lower the notifier process's CPU priority is than the API workers' (added "
+        "to its nice value; 19, the most: it runs on what they leave; 0: the same).",
+    )
     require_confirmation: bool = Field(
         False,
         description="Whether a new subscription is told nothing but its confirmation request until it is "

@@ -206,6 +206,11 @@ async def finish(c: Collections, delivery_id: str, retry_at_ms: int | None, *, a
     )
 
 
+async def finish_all(c: Collections, delivery_ids: list[str]) -> None:
+    if delivery_ids:
+        await c.deliveries.delete_many({D.ID: {"$in": delivery_ids}})
+
+
 async def backlog(c: Collections) -> tuple[int, int | None]:
     """(deliveries waiting, the earliest due time or None)."""
     n = await c.deliveries.count_documents({})

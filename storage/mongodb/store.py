@@ -925,6 +925,10 @@ class MongoStore:
         await outbox.finish(self._c, d.id, retry_at_ms, attempted=attempted)
 
     @_op
+    async def finish_deliveries(self, done: Sequence[Delivery]) -> None:
+        await outbox.finish_all(self._c, [d.id for d in done])
+
+    @_op
     async def outbox_stats(self) -> tuple[int, int | None]:
         return await outbox.backlog(self._c)
 

@@ -538,6 +538,15 @@ class PooledStore:
         if store is not None:
             await store.finish_delivery(d, retry_at_ms=retry_at_ms, attempted=attempted)
 
+    async def finish_deliveries(self, done: Sequence[Delivery]) -> None:
+        by_pool: dict[int, tuple[Store, list[Delivery]]] = {}
+        for d in done:
+            store = await self._route(QueueRef(d.project, d.subscription.queue))
+            if store is not None:
+                by_pool.setdefault(id(store), (store, []))[1].append(d)
+        for store, ds in by_pool.values():
+            await store.finish_deliveries(ds)
+
     async def outbox_stats(self) -> tuple[int, int | None]:
         waiting, earliest = 0, None
         for _, store in await self._each_pool():

@@ -10,8 +10,10 @@ script and its SADD) is repaired by the full scan every FULL_SCAN_MS, which one 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import redis.asyncio as aioredis
 
@@ -31,6 +33,7 @@ from storage.redis.runner import unavailable_as_domain_error
 from storage.redis.scripts import Scripts
 
 FULL_SCAN_MS = 30_000
+MARK_DELAY_S = 0.002  # marks owed within this long go in one SADD (a post need not wait for its own)
 PROJECTS_PER_ROUND = 500
 STATS_PROJECTS = 1000  # outbox_stats counts the deliveries of at most this many projects (the earliest due)
 
@@ -68,12 +71,30 @@ class Outbox:
         self._ns = namespace
         self._token = token
         self._unmarked: set[str] = set()  # projects whose touched mark failed: marked at the next lease
+        self._owing: set[str] = set()  # projects owed deliveries, to be marked by the task below
+        self._marking: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
 
     async def owed(self, project: str) -> None:
-        """After a script owed deliveries in `project`: mark it for the notifiers. The script's work is done,
-        so a failing mark never fails the call: it is tried again at this process's next lease, and a mark
-        lost with the process is repaired by the full scan."""
-        await self._mark([project])
+        """After a script owed deliveries in `project`: mark it for the notifiers, within MARK_DELAY_S, in
+        one SADD with the other projects owed meanwhile: under load, one round trip serves many posts, and
+        none waits for it. The script's work is done, so a failing mark never fails a call: it is tried
+        again at this process's next lease, and a mark lost with the process is repaired by the full scan."""
+        self._owing.add(project)
+        if self._marking is None or self._marking.done():
+            self._marking = asyncio.get_running_loop().create_task(self._mark_owing(MARK_DELAY_S))
+
+    async def _mark_owing(self, after: float) -> None:
+        await asyncio.sleep(after)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Mark the projects owed deliveries now (a lease does first; a closing store does). Returns once
+        every mark this process owed is made, the task's too."""
+        async with self._flushing:
+            projects, self._owing = list(self._owing), set()
+            if projects:
+                await self._mark(projects)
 
     async def _mark(self, projects: list[str]) -> None:
         try:
@@ -85,9 +106,19 @@ class Outbox:
         else:
             self._unmarked.difference_update(projects)
 
+    async def aclose(self) -> None:
+        """Before the client closes: the marks still waiting are made now (or left to the full scan)."""
+        if self._marking is not None and not self._marking.done():
+            self._marking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._marking
+        with contextlib.suppress(Exception):
+            await self.flush()
+
     async def projects_due(self, now: int) -> list[str]:
         """Projects that may have deliveries due now: the touched ones (taken), those whose recorded due time
         has come, and every project when the full scan is due."""
+        await self.flush()
         if self._unmarked:
             await self._mark(list(self._unmarked))
         ns = self._ns
@@ -179,9 +210,25 @@ class Outbox:
             except CharonError:
                 self._unmarked.add(d.project)
 
+    async def finish_all(self, done: Sequence[Delivery]) -> None:
+        """Delete each of `done`: its hash, then its outbox entry (an entry whose hash is gone is dropped
+        when leased, so a failure between the two loses nothing), for every project in one round trip."""
+        if not done:
+            return
+        by_project: dict[str, list[str]] = {}
+        for d in done:
+            by_project.setdefault(d.project, []).append(d.id)
+        async with unavailable_as_domain_error(), self._client.pipeline(transaction=False) as pipe:
+            for project, ids in by_project.items():
+                keys = ProjectKeys.of(self._ns, project)
+                pipe.delete(*(keys.delivery(i) for i in ids))
+                pipe.zrem(keys.outbox, *ids)
+            await pipe.execute()
+
     async def stats(self) -> tuple[int, int | None]:
         """Counted in the projects marked or recorded (at most STATS_PROJECTS of each, the earliest
         recorded): their outboxes are the truth, the marks a hint that may name an outbox emptied since."""
+        await self.flush()
         async with unavailable_as_domain_error():
             due = await self._client.zrange(outbox_due_key(self._ns), 0, STATS_PROJECTS - 1)
             touched = await self._client.srandmember(outbox_touched_key(self._ns), STATS_PROJECTS)

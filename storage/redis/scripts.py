@@ -17,7 +17,14 @@ import orjson
 
 from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import Message, MessageId, MessageStamp, QueueRef, QueueStats, Subscription
-from storage.redis.keys import ProjectKeys, QueueKeys, TaskField, message_of, subscription_of
+from storage.redis.keys import (
+    DeliveryField,
+    ProjectKeys,
+    QueueKeys,
+    TaskField,
+    message_of,
+    subscription_of,
+)
 from storage.redis.runner import Script, ScriptRunner
 
 # Scripts that change nothing a client asked for (their housekeeping is the service's own): a failure after
@@ -420,13 +427,17 @@ class Scripts:
         """lease_deliveries.lua once per project, together."""
         calls = [([p.outbox], [p.prefix, now, lease_ms, limit]) for p in projects]
         replies = await self._run.each(self._s["lease_deliveries"], calls)
-        return [
-            LeaseReply(
-                None if int(r[0]) < 0 else int(r[0]),
-                [(str(did), _pairs(d), _pairs(s)) for did, d, s in r[1:]],
-            )
-            for r in replies
-        ]
+        out = []
+        for r in replies:
+            leased, subscriptions = [], {}
+            for did, d, s in r[1:]:
+                fields = _pairs(d)
+                sid = fields[DeliveryField.SUBSCRIPTION]
+                if s:  # the script sends a subscription's fields with its first delivery only
+                    subscriptions[sid] = _pairs(s)
+                leased.append((str(did), fields, subscriptions[sid]))
+            out.append(LeaseReply(None if int(r[0]) < 0 else int(r[0]), leased))
+        return out
 
     async def finish_delivery(
         self, project: ProjectKeys, *, delivery_id: str, retry_at: int | None, attempted: bool

@@ -584,6 +584,9 @@ class RedisStore:
     async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
         await self._outbox.finish(d, retry_at_ms=retry_at_ms, attempted=attempted)
 
+    async def finish_deliveries(self, done: Sequence[Delivery]) -> None:
+        await self._outbox.finish_all(done)
+
     async def outbox_stats(self) -> tuple[int, int | None]:
         return await self._outbox.stats()
 
@@ -830,6 +833,7 @@ class RedisStore:
         return RedisWakeups(self._client, self._namespace, on_wake, self._timeout)
 
     async def aclose(self) -> None:
+        await self._outbox.aclose()
         await self._runner.aclose()
         await self._client.aclose()
 

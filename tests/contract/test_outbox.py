@@ -244,6 +244,24 @@ async def test_a_lease_is_exclusive_until_it_ends(store: Store, clock: ManualClo
     assert await store.outbox_stats() == (0, None)
 
 
+async def test_deliveries_finished_together_are_gone_in_every_project(
+    store: Store, clock: ManualClock
+) -> None:
+    await subscribe(store, Q, HOOK)
+    await subscribe(store, OTHER_PROJECT, HOOK)
+    await post(store, Q, "a", "b", "c")
+    await post(store, OTHER_PROJECT, "d")
+    leased = await store.lease_deliveries("a", lease_ms=1000, limit=10)
+    assert len(leased) == 4
+    kept = next(d for d in leased if d.project == Q.project)
+    await store.finish_deliveries([d for d in leased if d is not kept])
+    await store.finish_deliveries([d for d in leased if d is not kept])  # gone: not an error
+    await store.finish_deliveries([])
+    clock.advance(1)  # the leases end: only the one not finished comes back
+    assert [d.id for d in await store.lease_deliveries("b", lease_ms=1000, limit=10)] == [kept.id]
+    assert await store.outbox_stats() == (1, clock.now_ms() + 1000)
+
+
 async def test_concurrent_notifiers_never_share_a_delivery(store: Store, scale: float) -> None:
     await subscribe(store, Q, HOOK)
     await subscribe(store, Q, MAIL)

@@ -126,12 +126,36 @@ async def test_a_large_answer_is_not_read_to_its_end(webhook_receiver: HttpRecei
     assert (await deliver(LOOPBACK, subscription(webhook_receiver.url_for()))).delivered
 
 
+async def test_deliveries_to_one_receiver_share_a_kept_alive_connection(
+    webhook_receiver: HttpReceiver,
+) -> None:
+    async with Deliverer(LOOPBACK) as deliverer:
+        for n in range(5):
+            outcome = await deliverer.deliver(subscription(webhook_receiver.url_for()), {"n": n})
+            assert outcome.delivered, outcome
+    assert [r.json() for r in webhook_receiver.requests] == [{"n": n} for n in range(5)]
+    assert webhook_receiver.connections == 1
+
+
+async def test_a_receiver_that_hangs_up_after_each_answer_gets_each_delivery_once(
+    webhook_receiver: HttpReceiver,
+) -> None:
+    webhook_receiver.close_after_answer = True
+    async with Deliverer(LOOPBACK) as deliverer:
+        for n in range(5):
+            outcome = await deliverer.deliver(subscription(webhook_receiver.url_for()), {"n": n})
+            assert outcome.delivered, outcome
+            await asyncio.sleep(0.01 * (n % 2))  # the hang-up seen before the next POST, or not yet
+    assert [r.json() for r in webhook_receiver.requests] == [{"n": n} for n in range(5)]
+    assert webhook_receiver.connections == 5
+
+
 async def test_nobody_listening_is_a_retry() -> None:
     from tests.servers import free_port
 
     outcome = await deliver(LOOPBACK, subscription(f"http://127.0.0.1:{free_port()}/"))
     assert outcome.result == "retry"
-    assert "ConnectError" in outcome.reason
+    assert "ConnectionRefused" in outcome.reason
 
 
 async def test_unusable_options_fail_without_a_request(webhook_receiver: HttpReceiver) -> None:

@@ -104,15 +104,20 @@ async def test_a_failing_store_leaves_its_series_out_and_says_so(clock: ManualCl
     assert got["charon_sweeper_lag_seconds", ()] >= 0
 
 
-def test_charon_serve_shares_metrics_between_workers_only(
+def test_charon_serve_shares_metrics_between_its_processes_only(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/somewhere/else")
+    monkeypatch.setenv("CHARON_NOTIFICATIONS__PROCESS", "false")
     assert share_metrics(1) is None
-    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ  # one worker: values in memory
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ  # one process: values in memory
     monkeypatch.setenv("CHARON_WORKERS", "1")
     assert share_metrics(None) is None
+    monkeypatch.setenv("CHARON_NOTIFICATIONS__PROCESS", "true")  # one worker and the notifier's process
+    one = Path(share_metrics(None) or "")
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(one)
+    shutil.rmtree(one)
     gone = tmp_path / "charon-metrics-999999999-x"  # a PID no process has
     gone.mkdir()
     kept = tmp_path / f"charon-metrics-{os.getpid()}-x"

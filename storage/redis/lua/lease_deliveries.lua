@@ -1,6 +1,7 @@
 -- lease_deliveries(KEYS=[the project's outbox]; ARGV=[prefix, now, lease_ms, limit])
 --   -> {the outbox's earliest due time after the lease or -1 when empty,
---       {delivery id, {delivery field, value, ...}, {subscription field, value, ...}}, ...}
+--       {delivery id, {delivery field, value, ...}, {subscription field, value, ...} or {} when an earlier
+--        entry of this reply has the same subscription's}, ...}
 -- Takes up to `limit` due deliveries of one project, oldest due first, each until now + lease_ms: in one
 -- script, so two notifiers never hold one at once while its lease runs, and a notifier that dies holding one
 -- leaves it due again when the lease ends (at least once). A delivery whose subscription is gone, expired,
@@ -8,17 +9,32 @@
 local outbox, prefix, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local lease, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {-1}
+local subs = {}  -- subscription id -> {its fields as a table, its HGETALL} (read once a script)
+local function subscription(sid)
+  local s = subs[sid]
+  if s == nil then
+    local all = redis.call('HGETALL', subscription_key(prefix, sid))
+    local f = {}
+    for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+    s = {f, all}
+    subs[sid] = s
+    return s, all
+  end
+  return s, {}
+end
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, limit)) do
   local dk = delivery_key(prefix, did)
-  local d = redis.call('HMGET', dk, '_k', '_s', '_q')
+  local all = redis.call('HGETALL', dk)
+  local d = {}
+  for i = 1, #all, 2 do d[all[i]] = all[i + 1] end
   local live = false
-  if d[1] then
-    local sk = subscription_key(prefix, d[2])
-    local s = redis.call('HMGET', sk, 'q', 'e', 'c')
-    live = s[1] == d[3] and tonumber(s[2]) > now and (d[1] ~= 'notification' or s[3] == '1')
+  if d._k then
+    local s, shown = subscription(d._s)
+    local f = s[1]
+    live = f.q == d._q and tonumber(f.e or 0) > now and (d._k ~= 'notification' or f.c == '1')
     if live then
       redis.call('ZADD', outbox, now + lease, did)
-      table.insert(out, {did, redis.call('HGETALL', dk), redis.call('HGETALL', sk)})
+      table.insert(out, {did, all, shown})
     end
   end
   if not live then

@@ -88,12 +88,11 @@ end
 local function owe(prefix, sid, kind, queue, now, id, fields)
   local did = redis.call('INCR', outbox_seq_key(prefix))
   local dk = delivery_key(prefix, did)
-  redis.call('HSET', dk, '_k', kind, '_s', sid, '_q', queue, '_a', 0, '_cr', now)
   if id then
-    redis.call('HSET', dk, '_m', id)
-    for first = 1, #fields, 1000 do
-      redis.call('HSET', dk, unpack(fields, first, math.min(first + 999, #fields)))
-    end
+    -- one HSET: the delivery's own fields first, then the message's (at most ~30, well inside unpack's bound)
+    redis.call('HSET', dk, '_k', kind, '_s', sid, '_q', queue, '_a', 0, '_cr', now, '_m', id, unpack(fields))
+  else
+    redis.call('HSET', dk, '_k', kind, '_s', sid, '_q', queue, '_a', 0, '_cr', now)
   end
   redis.call('ZADD', outbox_key(prefix), now, did)
   OUTBOX.owed = 1
@@ -134,10 +133,11 @@ local function subscribers(K, now)
   return redis.call('ZRANGEBYSCORE', K.notify, '(' .. now, '+inf')
 end
 
--- Owe each of `subs` (subscribers(K, now)) a notification of message `id` (hash `mk`) of queue K.
-local function notify(prefix, K, subs, id, mk, now)
+-- Owe each of `subs` (subscribers(K, now)) a notification of message `id` (hash `mk`) of queue K; `fields`
+-- are that hash's fields and values when the caller has them (a post just wrote them), else they are read.
+local function notify(prefix, K, subs, id, mk, now, fields)
   if #subs == 0 then return end
-  local fields = redis.call('HGETALL', mk)
+  fields = fields or redis.call('HGETALL', mk)
   for _, sid in ipairs(subs) do owe(prefix, sid, 'notification', K.name, now, id, fields) end
 end
 

@@ -63,10 +63,11 @@ for i, m in ipairs(posted) do
   local mk = KEYS[first_key + i - 1]
   local av = now + delay * 1000
   local e = now + ttl * 1000
-  redis.call('HSET', mk, 'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[7],
-             'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e)
-  if eligible == '0' then redis.call('HSET', mk, 'ne', 1) end
-  notify(prefix, K, subs, id, mk, now)
+  local fields = {'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[7],
+                  'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e}
+  if eligible == '0' then table.insert(fields, 'ne'); table.insert(fields, 1) end
+  redis.call('HSET', mk, unpack(fields))
+  notify(prefix, K, subs, id, mk, now, fields)
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
   if earliest == nil or e < earliest then earliest = e end
   table.insert(expiry, e); table.insert(expiry, id)

@@ -1,0 +1,106 @@
+"""`charon notify`: a notifier in a process of its own (service/notifier.py), against the configured store.
+
+`charon serve` starts one beside its API workers (CHARON_NOTIFICATIONS__PROCESS, the default), lowers its CPU
+priority by CHARON_NOTIFICATIONS__NICE, restarts it when it dies and stops it when it stops (`Supervised`);
+an operator may run more anywhere (deliveries are leased, so notifiers share the work). Its Prometheus values
+go to the serve's shared directory (app/workers.py share_metrics), so GET /metrics on any worker counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from app.settings import Settings
+from core.clock import SystemClock
+
+log = logging.getLogger("charon.notify")
+
+RESTART_WAIT_S = 1.0  # a notifier process that died is started again this much later
+
+
+async def notify(settings: Settings) -> None:
+    """Deliver until SIGTERM/SIGINT; then what is in flight is cancelled (due again when its lease ends)."""
+    from app.main import notifier, open_configured_store
+    from service.delivery import Deliverer
+
+    clock = SystemClock()
+    store, embedded = open_configured_store(settings, clock)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Deliverer(settings.notifications) as deliverer:
+            running = asyncio.create_task(notifier(store, deliverer, settings, clock).run())
+            await stop.wait()
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+    finally:
+        await store.aclose()
+        if embedded is not None:
+            embedded.stop()
+
+
+def main(settings: Settings, *, nice: bool, with_parent: bool) -> int:
+    if with_parent:
+        from app.embedded import die_with_parent
+
+        die_with_parent(signal.SIGTERM)
+    if nice and settings.notifications.nice:
+        os.nice(settings.notifications.nice)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s:     %(name)s: %(message)s")
+    asyncio.run(notify(settings))
+    return 0
+
+
+class Supervised:
+    """`charon serve`'s notifier process: started with it, started again RESTART_WAIT_S after it dies (its
+    deliveries' leases end and another try takes them), stopped with it."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self._argv = argv
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # a restart and a stop do not cross
+        self._thread = threading.Thread(target=self._watch, name="charon-notifier-watch", daemon=True)
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(self._argv)  # noqa: S603 - our own interpreter and module
+        self._thread.start()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            assert self._process is not None
+            code = self._process.wait()
+            if self._stopping.wait(RESTART_WAIT_S):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                print(f"charon: the notifier process exited ({code}); starting another", file=sys.stderr)  # noqa: T201
+                self._process = subprocess.Popen(self._argv)  # noqa: S603 - as in start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._stopping.set()
+            process = self._process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
