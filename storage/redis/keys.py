@@ -414,7 +414,19 @@ def dead_letter_of(f: Mapping[str, Any]) -> DeadLetter | None:
 
 
 def message_of(message_id: str, f: Mapping[str, Any]) -> Message:
-    """A message from its hash (str fields and values)."""
+    """A message from its hash (str fields and values); or from the fields a notification of a post keeps
+    (body, ttl, created, eligibility, with the queue in `queue`: lib.lua notify_post), as it was posted."""
+    if _Q not in f:
+        created, ttl = int(f[_CR]), int(f[_T])
+        return Message(
+            id=MessageId(message_id),
+            queue=f[DeliveryField.QUEUE],
+            body=orjson.loads(f[_B]),
+            ttl=ttl,
+            created_ms=created,
+            expires_ms=created + ttl * 1000,
+            dead_letter_eligible=f.get(_NE) != "1",
+        )
     return Message(
         id=MessageId(message_id),
         queue=f[_Q],

@@ -133,12 +133,36 @@ local function subscribers(K, now)
   return redis.call('ZRANGEBYSCORE', K.notify, '(' .. now, '+inf')
 end
 
--- Owe each of `subs` (subscribers(K, now)) a notification of message `id` (hash `mk`) of queue K; `fields`
--- are that hash's fields and values when the caller has them (a post just wrote them), else they are read.
-local function notify(prefix, K, subs, id, mk, now, fields)
+-- Owe each of `subs` (subscribers(K, now)) a notification of message `id` (hash `mk`) of queue K, with every
+-- field of the message as it is now (a dead letter's provenance with it).
+local function notify(prefix, K, subs, id, mk, now)
   if #subs == 0 then return end
-  fields = fields or redis.call('HGETALL', mk)
+  local fields = redis.call('HGETALL', mk)
   for _, sid in ipairs(subs) do owe(prefix, sid, 'notification', K.name, now, id, fields) end
+end
+
+-- Owe each of `subs` a notification of each message of a post: `posted` is a list of {id, fields}, the
+-- fields a notification shows of a message just posted (lib.lua's callers: post_messages; the reader in
+-- storage/redis/outbox.py fills in the rest: not claimed, never claimed). One INCRBY and one ZADD a 1,000
+-- deliveries for the whole post; one HSET each.
+local function notify_post(prefix, K, subs, posted, now)
+  if #subs == 0 or #posted == 0 then return end
+  local count = #subs * #posted
+  local did = redis.call('INCRBY', outbox_seq_key(prefix), count) - count
+  local due = {}
+  for _, m in ipairs(posted) do
+    for _, sid in ipairs(subs) do
+      did = did + 1
+      redis.call('HSET', delivery_key(prefix, did), '_k', 'notification', '_s', sid, '_q', K.name, '_a', 0,
+                 '_cr', now, '_m', m[1], unpack(m[2]))
+      table.insert(due, now); table.insert(due, did)
+    end
+  end
+  local outbox = outbox_key(prefix)
+  for first = 1, #due, 2000 do
+    redis.call('ZADD', outbox, unpack(due, first, math.min(first + 1999, #due)))
+  end
+  OUTBOX.owed = 1
 end
 
 -- Wake-ups for long polls (POST .../claims?wait=S). A claim that found nothing and will wait sets the queue's

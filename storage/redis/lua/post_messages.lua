@@ -4,7 +4,7 @@
 --   unescaped): one argument instead of five a message, since each argument costs the client a conversion.
 --   ttl/delay -1 = queue default; eligible 0 = not DLQ-eligible (discarded where it would be dead-lettered)
 --   -> {lib.lua marks(), number posted}; every live confirmed subscription of the queue is owed a
---   notification of each message (lib.lua notify), in this script., or error CHARON_TOO_LARGE when body_size
+--   notification of each message (lib.lua notify_post), in this script; or error CHARON_TOO_LARGE when body_size
 --   exceeds the queue's _max_messages_post_size.
 --   With an Idempotency-Key's record key (KEYS[9]; the fingerprint given): a record there of the same fingerprint means the post
 --   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
@@ -54,6 +54,7 @@ local last = redis.call('HINCRBY', K.queue, 'seq', n)
 local msgs, ready, delayed, expiry = {}, {}, {}, {}
 local earliest
 local subs = subscribers(K, now)
+local owed = {}  -- {id, the fields its notification shows} of each message, when the queue has subscribers
 for i, m in ipairs(posted) do
   local id, ttl, delay, eligible, body = m[1], m[2], m[3], m[4], m[5]
   if ttl < 0 then ttl = dttl end
@@ -63,11 +64,14 @@ for i, m in ipairs(posted) do
   local mk = KEYS[first_key + i - 1]
   local av = now + delay * 1000
   local e = now + ttl * 1000
-  local fields = {'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[7],
-                  'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e}
-  if eligible == '0' then table.insert(fields, 'ne'); table.insert(fields, 1) end
-  redis.call('HSET', mk, unpack(fields))
-  notify(prefix, K, subs, id, mk, now, fields)
+  redis.call('HSET', mk, 'q', name, 'b', body, 't', ttl, 'cr', now, 'k', k, 'cl', ARGV[7],
+             'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e)
+  if eligible == '0' then redis.call('HSET', mk, 'ne', 1) end
+  if #subs > 0 then
+    local shown = {'b', body, 't', ttl, 'cr', now}
+    if eligible == '0' then table.insert(shown, 'ne'); table.insert(shown, 1) end
+    table.insert(owed, {id, shown})
+  end
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
   if earliest == nil or e < earliest then earliest = e end
   table.insert(expiry, e); table.insert(expiry, id)
@@ -85,6 +89,7 @@ local function zadd_all(key, pairs)
     redis.call('ZADD', key, unpack(pairs, first, math.min(first + 1999, #pairs)))
   end
 end
+notify_post(prefix, K, subs, owed, now)
 zadd_all(K.expiry, expiry)
 schedule(K, earliest)
 zadd_all(K.msgs, msgs)
