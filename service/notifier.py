@@ -36,6 +36,12 @@ RETRY_POLICY = "_retry_policy"
 POLICY_CACHE_S = 5.0  # how long a queue's _retry_policy is used before it is read again
 NO_SLOT_WAIT_MS = 1000  # a delivery that found no free slot is due again this much later (not counted)
 REST_MS = 1000  # a subscription whose try failed gets no other try for at least this long (even "no delay")
+# A notifier yields to requests: after a full batch it goes on at once only while the store answers a ping
+# about as fast as it does when idle (StorePace), else it waits its interval first (batch / interval
+# deliveries a second at most, a few percent of a store's work).
+BUSY_FACTOR = 3.0  # a ping this many times slower than the quickest lately means the store is busy ...
+BUSY_MARGIN_S = 0.001  # ... and at least this much slower
+PACE_WINDOW_S = 60.0  # the quickest ping is remembered for one to two of these (then a busier one counts)
 FINISH_DELAY_S = 0.005  # deliveries done within this long are finished together (Store.finish_deliveries)
 FINISH_BATCH = 256  # ... at most this many at once
 
@@ -48,6 +54,25 @@ def notification_document(d: Delivery, now_ms: int) -> dict[str, Any]:
     doc["queue_name"] = d.subscription.queue
     doc["Message_Type"] = "Notification"
     return doc
+
+
+class StorePace:
+    """Whether the store (and this process's CPU) is busy with other work, from the round trip of a ping
+    against the quickest one seen in the last one to two PACE_WINDOW_S: under a load that lasts longer, the
+    loaded round trip becomes the measure, so notifications are slowed for a while, never stopped."""
+
+    def __init__(self) -> None:
+        self._quickest = [float("inf"), float("inf")]  # the previous window's, this one's
+        self._window_started = time.monotonic()
+
+    def busy(self, round_trip: float) -> bool:
+        now = time.monotonic()
+        if now - self._window_started > PACE_WINDOW_S:
+            self._quickest = [self._quickest[1], float("inf")]
+            self._window_started = now
+        self._quickest[1] = min(self._quickest[1], round_trip)
+        base = min(self._quickest)
+        return round_trip > max(BUSY_FACTOR * base, base + BUSY_MARGIN_S)
 
 
 class Notifier:
@@ -78,6 +103,7 @@ class Notifier:
         # cannot hold the process's slots while other subscribers wait
         self._resting: dict[str, int] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
+        self._pace = StorePace()
         self._done: list[Delivery] = []  # delivered or given up, to be finished together
         self._finishing: asyncio.Task[None] | None = None
 
@@ -98,14 +124,19 @@ class Notifier:
                     room = self._room_for()
                     leased = await self.step()
                     wait = outage.ok()
-                    if leased and leased >= room:  # a full batch: more may be due now
-                        wait = 0.0
+                    if leased and leased >= room and not await self._store_busy():
+                        wait = 0.0  # a full batch: more may be due now
                 except Exception as exc:  # a bug must not stop notifications for the life of the process
                     wait = outage.failed(exc)
                 stop_if_cancelled()
                 await asyncio.sleep(wait)
         finally:
             await self.aclose()
+
+    async def _store_busy(self) -> bool:
+        started = time.perf_counter()
+        await self.store.ping()
+        return self._pace.busy(time.perf_counter() - started)
 
     def _room_for(self) -> int:
         return max(0, self._batch - len(self._in_flight))
