@@ -1,5 +1,6 @@
-"""The notifier's measure of a busy store (service/notifier.py StorePace): after a full batch a notifier goes
-on at once only while a ping is about as quick as the quickest lately; a load that lasts becomes the measure."""
+"""The notifier's measure of a busy store (service/notifier.py StorePace): after a full batch a notifier
+goes on at once only while a ping is about as quick as the quickest lately; a load that lasts becomes the
+measure."""
 
 from __future__ import annotations
 
