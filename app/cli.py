@@ -64,7 +64,8 @@ def serve(args: argparse.Namespace) -> int:
         from app.notify import Supervised
 
         app = API_APP  # the workers deliver nothing: the notifier process does
-        supervised = Supervised([sys.executable, "-m", "app.cli", "notify", "--nice", "--with-parent"])
+        parent = str(os.getpid())
+        supervised = Supervised([sys.executable, "-m", "app.cli", "notify", "--nice", "--parent", parent])
         supervised.start()
     options: dict[str, Any] = {
         "host": host,
@@ -98,7 +99,7 @@ def notify(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"charon: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
         return 2
-    return notifying.main(settings, nice=args.nice, with_parent=args.with_parent)
+    return notifying.main(settings, nice=args.nice, parent=args.parent)
 
 
 def _one_line(exc: Exception) -> str:
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "notify", help="deliver notifications to subscribers (what `charon serve` runs beside its workers)"
     )
     p.add_argument("--nice", action="store_true", help="lower the CPU priority by CHARON_NOTIFICATIONS__NICE")
-    p.add_argument("--with-parent", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # charon serve's PID: exit when it does
     p.set_defaults(func=notify)
     sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
     sub.add_parser(

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -101,8 +101,11 @@ def authenticator(settings: Settings, clock: Clock) -> Authenticator:
 NOTIFIER_INTERVAL_S = 0.1  # how often a notifier looks for due deliveries when the last look found few
 
 
-def notifier(store: Any, deliverer: Deliverer, settings: Settings, clock: Clock) -> Notifier:
-    """The notifier of `store` (a Store, or a callable giving the current one), sending by `deliverer`."""
+def notifier(
+    store: Any, deliverer: Deliverer, settings: Settings, clock: Clock, busy: Callable[[], bool] | None = None
+) -> Notifier:
+    """The notifier of `store` (a Store, or a callable giving the current one), sending by `deliverer`;
+    `busy`: service/notifier.py Notifier's."""
     n = settings.notifications
     key = settings.signed_url_key
     return Notifier(
@@ -115,6 +118,7 @@ def notifier(store: Any, deliverer: Deliverer, settings: Settings, clock: Clock)
         interval=NOTIFIER_INTERVAL_S,
         signing_key=None if key is None else key.get_secret_value().encode(),
         notice_ttl=settings.limits.default_subscription_ttl,
+        busy=busy,
     )
 
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 from app.settings import Settings
 from core.clock import SystemClock
@@ -23,10 +24,58 @@ from core.clock import SystemClock
 log = logging.getLogger("charon.notify")
 
 RESTART_WAIT_S = 1.0  # a notifier process that died is started again this much later
+BUSY_CORES = 0.5  # the service's API processes are busy while they use more CPU than this, together
+LOAD_SPAN_S = 0.05  # ServiceLoad measures over at least this long (the kernel counts CPU in 10 ms ticks)
 
 
-async def notify(settings: Settings) -> None:
-    """Deliver until SIGTERM/SIGINT; then what is in flight is cancelled (due again when its lease ends)."""
+class ServiceLoad:
+    """Whether `charon serve`'s API processes are busy: the CPU its process (`parent`) and their children
+    used since the last look, without this process and the embedded redis-server (which also serves the
+    notifier), above BUSY_CORES. The notifier, already at the lowest CPU priority, then also holds back its
+    use of the store (service/notifier.py BUSY_WAIT_S), which the API's requests share."""
+
+    def __init__(self, parent: int) -> None:
+        self._parent = parent
+        self._own = os.getpid()
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._last: tuple[float, float] | None = None
+        self._busy = False
+
+    def _cpu(self) -> float:
+        pids = {self._parent}
+        with contextlib.suppress(OSError):
+            for task in os.scandir(f"/proc/{self._parent}/task"):
+                with contextlib.suppress(OSError), open(f"{task.path}/children") as children:
+                    pids.update(int(p) for p in children.read().split())
+        pids.discard(self._own)
+        ticks = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:  # it exited
+                continue
+            name, _, rest = stat.partition("(")[2].rpartition(")")
+            if name == "redis-server":
+                continue
+            fields = rest.split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / self._tick
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < LOAD_SPAN_S:
+            return self._busy
+        cpu = self._cpu()
+        if self._last is not None:
+            self._busy = (cpu - self._last[1]) / (now - self._last[0]) > BUSY_CORES
+        self._last = (now, cpu)
+        return self._busy
+
+
+async def notify(settings: Settings, parent: int | None = None) -> None:
+    """Deliver until SIGTERM/SIGINT; then what is in flight is cancelled (due again when its lease ends).
+    With `parent` (charon serve's PID), yield to its API processes while they are busy (ServiceLoad)."""
     from app.main import notifier, open_configured_store
     from service.delivery import Deliverer
 
@@ -38,7 +87,8 @@ async def notify(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with Deliverer(settings.notifications) as deliverer:
-            running = asyncio.create_task(notifier(store, deliverer, settings, clock).run())
+            busy = None if parent is None else ServiceLoad(parent)
+            running = asyncio.create_task(notifier(store, deliverer, settings, clock, busy=busy).run())
             await stop.wait()
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -49,15 +99,19 @@ async def notify(settings: Settings) -> None:
             embedded.stop()
 
 
-def main(settings: Settings, *, nice: bool, with_parent: bool) -> int:
-    if with_parent:
+def main(settings: Settings, *, nice: bool, parent: int | None) -> int:
+    """With `parent` (charon serve's PID), the process ends when that one does, even by kill -9: the kernel
+    sends it SIGTERM then; and if it is gone already (it died while this one started), at once."""
+    if parent is not None:
         from app.embedded import die_with_parent
 
         die_with_parent(signal.SIGTERM)
+        if os.getppid() != parent:
+            return 0
     if nice and settings.notifications.nice:
         os.nice(settings.notifications.nice)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:     %(name)s: %(message)s")
-    asyncio.run(notify(settings))
+    asyncio.run(notify(settings, parent))
     return 0
 
 

@@ -1,7 +1,8 @@
-"""The notifier: every API process runs one. It drains the store's outbox (storage/base.py SubscriptionStore):
+"""The notifier: `charon serve` runs one in a process of its own (app/notify.py), or every API process runs
+one (CHARON_NOTIFICATIONS__PROCESS=false). It drains the store's outbox (storage/base.py SubscriptionStore):
 leases the deliveries that are due, sends each to its subscriber (service/delivery), and finishes it —
 delivered, due again later by the retry policy, or given up when the policy is used up or the subscriber
-refuses it for good.
+refuses it for good. Delivered and given-up ones are finished together (Store.finish_deliveries).
 
 Delivery is at least once: a delivery stays in the store until it is finished, and one whose notifier died
 (or whose finish failed) comes due again when its lease ends. A subscriber that keeps failing waits longer
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,12 +38,7 @@ RETRY_POLICY = "_retry_policy"
 POLICY_CACHE_S = 5.0  # how long a queue's _retry_policy is used before it is read again
 NO_SLOT_WAIT_MS = 1000  # a delivery that found no free slot is due again this much later (not counted)
 REST_MS = 1000  # a subscription whose try failed gets no other try for at least this long (even "no delay")
-# A notifier yields to requests: after a full batch it goes on at once only while the store answers a ping
-# about as fast as it does when idle (StorePace), else it waits its interval first (batch / interval
-# deliveries a second at most, a few percent of a store's work).
-BUSY_FACTOR = 3.0  # a ping this many times slower than the quickest lately means the store is busy ...
-BUSY_MARGIN_S = 0.001  # ... and at least this much slower
-PACE_WINDOW_S = 60.0  # the quickest ping is remembered for one to two of these (then a busier one counts)
+BUSY_WAIT_S = 0.25  # while the API is busy (Notifier's `busy`), a full batch is followed by this wait
 FINISH_DELAY_S = 0.005  # deliveries done within this long are finished together (Store.finish_deliveries)
 FINISH_BATCH = 256  # ... at most this many at once
 
@@ -56,25 +53,6 @@ def notification_document(d: Delivery, now_ms: int) -> dict[str, Any]:
     return doc
 
 
-class StorePace:
-    """Whether the store (and this process's CPU) is busy with other work, from the round trip of a ping
-    against the quickest one seen in the last one to two PACE_WINDOW_S: under a load that lasts longer, the
-    loaded round trip becomes the measure, so notifications are slowed for a while, never stopped."""
-
-    def __init__(self) -> None:
-        self._quickest = [float("inf"), float("inf")]  # the previous window's, this one's
-        self._window_started = time.monotonic()
-
-    def busy(self, round_trip: float) -> bool:
-        now = time.monotonic()
-        if now - self._window_started > PACE_WINDOW_S:
-            self._quickest = [self._quickest[1], float("inf")]
-            self._window_started = now
-        self._quickest[1] = min(self._quickest[1], round_trip)
-        base = min(self._quickest)
-        return round_trip > max(BUSY_FACTOR * base, base + BUSY_MARGIN_S)
-
-
 class Notifier:
     def __init__(
         self,
@@ -87,7 +65,10 @@ class Notifier:
         interval: float,
         signing_key: bytes | None,
         notice_ttl: int = 3600,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
+        """`busy`: whether the API processes this notifier yields to are busy now (app/notify.py
+        ServiceLoad); while they are, a full batch is followed by BUSY_WAIT_S instead of the next one."""
         self._store = store
         self._deliverer = deliverer
         self._clock = clock
@@ -96,6 +77,7 @@ class Notifier:
         self._interval = interval
         self._signing_key = signing_key
         self._notice_ttl = notice_ttl
+        self._busy = busy
         self._owner = f"notifier-{uuid.uuid4().hex[:12]}"
         self._policies: dict[QueueRef, tuple[float, RetryPolicy | None]] = {}
         # subscription id -> until when (clock ms) its deliveries are put off after a failed try: a subscriber
@@ -103,7 +85,6 @@ class Notifier:
         # cannot hold the process's slots while other subscribers wait
         self._resting: dict[str, int] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
-        self._pace = StorePace()
         self._done: list[Delivery] = []  # delivered or given up, to be finished together
         self._finishing: asyncio.Task[None] | None = None
 
@@ -124,19 +105,14 @@ class Notifier:
                     room = self._room_for()
                     leased = await self.step()
                     wait = outage.ok()
-                    if leased and leased >= room and not await self._store_busy():
-                        wait = 0.0  # a full batch: more may be due now
+                    if leased and leased >= room:  # a full batch: more may be due now
+                        wait = BUSY_WAIT_S if self._busy is not None and self._busy() else 0.0
                 except Exception as exc:  # a bug must not stop notifications for the life of the process
                     wait = outage.failed(exc)
                 stop_if_cancelled()
                 await asyncio.sleep(wait)
         finally:
             await self.aclose()
-
-    async def _store_busy(self) -> bool:
-        started = time.perf_counter()
-        await self.store.ping()
-        return self._pace.busy(time.perf_counter() - started)
 
     def _room_for(self) -> int:
         return max(0, self._batch - len(self._in_flight))
