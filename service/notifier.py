@@ -38,7 +38,7 @@ RETRY_POLICY = "_retry_policy"
 POLICY_CACHE_S = 5.0  # how long a queue's _retry_policy is used before it is read again
 NO_SLOT_WAIT_MS = 1000  # a delivery that found no free slot is due again this much later (not counted)
 REST_MS = 1000  # a subscription whose try failed gets no other try for at least this long (even "no delay")
-BUSY_WAIT_S = 0.25  # while the API is busy (Notifier's `busy`), a full batch is followed by this wait
+BUSY_WAIT_S = 1.0  # while the API is busy (Notifier's `busy`), a full batch is followed by this wait
 FINISH_DELAY_S = 0.005  # deliveries done within this long are finished together (Store.finish_deliveries)
 FINISH_BATCH = 256  # ... at most this many at once
 

@@ -33,7 +33,7 @@ from storage.redis.runner import unavailable_as_domain_error
 from storage.redis.scripts import Scripts
 
 FULL_SCAN_MS = 30_000
-MARK_DELAY_S = 0.002  # marks owed within this long go in one SADD (a post need not wait for its own)
+MARK_DELAY_S = 0.005  # marks owed within this long go in one SADD (a post need not wait for its own)
 PROJECTS_PER_ROUND = 500
 STATS_PROJECTS = 1000  # outbox_stats counts the deliveries of at most this many projects (the earliest due)
 
