@@ -30,12 +30,13 @@ LOAD_SPAN_S = 0.05  # ServiceLoad measures over at least this long (the kernel c
 
 class ServiceLoad:
     """Whether `charon serve`'s API processes are busy: the CPU its process (`parent`) and their children
-    used since the last look, without this process and the embedded redis-server (which also serves the
-    notifier), above BUSY_CORES. The notifier, already at the lowest CPU priority, then also holds back its
-    use of the store (service/notifier.py BUSY_WAIT_S), which the API's requests share."""
+    used since the last look, without this process and the embedded store (`store_binary`, which also
+    serves the notifier), above BUSY_CORES. The notifier, already at the lowest CPU priority, then also
+    holds back its use of the store (service/notifier.py BUSY_WAIT_S), which the API's requests share."""
 
-    def __init__(self, parent: int) -> None:
+    def __init__(self, parent: int, store_binary: str = "redis-server") -> None:
         self._parent = parent
+        self._store = os.path.basename(store_binary)[:15]  # as /proc/PID/stat names it (TASK_COMM_LEN)
         self._own = os.getpid()
         self._tick = os.sysconf("SC_CLK_TCK")
         self._last: tuple[float, float] | None = None
@@ -56,7 +57,7 @@ class ServiceLoad:
             except OSError:  # it exited
                 continue
             name, _, rest = stat.partition("(")[2].rpartition(")")
-            if name == "redis-server":
+            if name == self._store:
                 continue
             fields = rest.split()
             ticks += int(fields[11]) + int(fields[12])  # utime, stime
@@ -87,7 +88,7 @@ async def notify(settings: Settings, parent: int | None = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with Deliverer(settings.notifications) as deliverer:
-            busy = None if parent is None else ServiceLoad(parent)
+            busy = None if parent is None else ServiceLoad(parent, settings.redis_server)
             running = asyncio.create_task(notifier(store, deliverer, settings, clock, busy=busy).run())
             await stop.wait()
             running.cancel()
@@ -117,7 +118,9 @@ def main(settings: Settings, *, nice: bool, parent: int | None) -> int:
 
 class Supervised:
     """`charon serve`'s notifier process: started with it, started again RESTART_WAIT_S after it dies (its
-    deliveries' leases end and another try takes them), stopped with it."""
+    deliveries' leases end and another try takes them), stopped with it. One that exits 0 was told to stop
+    (SIGTERM or SIGINT, as a terminal's Ctrl-C or systemd sends the whole service): it is not started
+    again, since the service is stopping too."""
 
     def __init__(self, argv: list[str]) -> None:
         self._argv = argv
@@ -138,7 +141,7 @@ class Supervised:
         while not self._stopping.is_set():
             assert self._process is not None
             code = self._process.wait()
-            if self._stopping.wait(RESTART_WAIT_S):
+            if code == 0 or self._stopping.wait(RESTART_WAIT_S):
                 return
             with self._lock:
                 if self._stopping.is_set():

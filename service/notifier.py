@@ -86,7 +86,8 @@ class Notifier:
         self._resting: dict[str, int] = {}
         self._in_flight: set[asyncio.Task[None]] = set()
         self._done: list[Delivery] = []  # delivered or given up, to be finished together
-        self._finishing: asyncio.Task[None] | None = None
+        self._finishing: asyncio.Task[None] | None = None  # the one that waits FINISH_DELAY_S first
+        self._finishes: set[asyncio.Task[None]] = set()  # never cancelled: what they finish was sent
 
     @property
     def store(self) -> Store:
@@ -131,22 +132,21 @@ class Notifier:
 
     async def drain(self) -> None:
         """Wait for the deliveries in flight, and their finishing (tests, shutdown)."""
-        while self._in_flight:
-            await asyncio.wait(set(self._in_flight))
+        while self._in_flight or self._finishes:
+            await asyncio.wait(self._in_flight | self._finishes)
         await self._finish_done()
 
     async def aclose(self) -> None:
         """Stop sending: what is in flight is cancelled and comes due again when its lease ends; what was
-        delivered is finished."""
+        delivered is finished (so a restart sends it again only after a crash)."""
         for task in list(self._in_flight):
             task.cancel()
         for task in list(self._in_flight):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._finishing is not None and not self._finishing.done():
-            self._finishing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._finishing
+        for task in list(self._finishes):
+            with contextlib.suppress(Exception):
+                await task
         await self._finish_done()
 
     def _done_with(self, d: Delivery) -> None:
@@ -158,8 +158,8 @@ class Notifier:
             self._finishing = task = asyncio.get_running_loop().create_task(self._finish_done(FINISH_DELAY_S))
         else:
             return
-        self._in_flight.add(task)  # waited for by drain(), counted against the batch while it runs
-        task.add_done_callback(self._in_flight.discard)
+        self._finishes.add(task)
+        task.add_done_callback(self._finishes.discard)
 
     async def _finish_done(self, after: float = 0.0) -> None:
         if after:

@@ -6,10 +6,11 @@ Two checks:
 
 - `check_subscriber`, when a subscription is created or changed (pure, no I/O): the URI's shape, and an IP
   literal host in a refused network is a 400 at once;
-- at delivery time (`PinnedBackend`, used by service/delivery): the host is resolved, refused when ANY of its
-  addresses is loopback, link-local (169.254.0.0/16, fe80::/10), unspecified, multicast or reserved (or
-  0.0.0.0/8, which Linux treats as this host), and the connection is made to the address that was checked,
-  so a name that resolves elsewhere a moment later (DNS rebinding) gains nothing.
+- at delivery time (`resolve_checked`, before every connect of service/delivery/http1.py): the host is
+  resolved, refused when ANY of its addresses is loopback, link-local (169.254.0.0/16, fe80::/10),
+  unspecified, multicast or reserved (or 0.0.0.0/8, which Linux treats as this host), and the connection is
+  made to the address that was checked, so a name that resolves elsewhere a moment later (DNS rebinding)
+  gains nothing.
 
 Private networks (RFC 1918's 10/8, 172.16/12, 192.168/16, and IPv6 fc00::/7) are allowed: OpenStack
 tenants' receivers often live there. An operator allows refused networks too with `allowed_networks`
@@ -24,11 +25,7 @@ import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
-
-import httpcore
-import httpx
 
 from core.errors import InvalidInput
 from core.limits import Limits
@@ -201,72 +198,6 @@ def check_addresses(host: str, addresses: Sequence[str], allowed: Sequence[Netwo
             shown = host if host == text else f"{host} resolves to {text}, which"
             raise Refused(f"{shown} is a {why} address, refused to webhooks")
     return unique
-
-
-class PinnedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend, which httpx's connections open through, with the guard in front: the
-    host is resolved and checked (`resolve_checked`), then the connection is made to a checked address
-    itself, never by name again. The URL keeps the name, so the Host header, TLS SNI and the certificate
-    check are the name's, and the connection pool keys connections by it."""
-
-    def __init__(self, allowed: Sequence[Network] = ()) -> None:
-        self.allowed = tuple(allowed)
-        self._backend = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            addresses = await resolve_checked(host, port, self.allowed)
-        except OSError as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        failure: Exception | None = None
-        for address in addresses:  # the next checked address when one does not answer
-            try:
-                return await self._backend.connect_tcp(address, port, timeout, local_address, socket_options)
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise Refused("webhooks do not reach unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
-
-
-class PinnedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport over a connection pool that opens every connection through `PinnedBackend`.
-
-    httpx takes no network backend, so the pool it built is replaced by the same pool with one (its
-    settings as httpx passes them, httpx 0.27 / 0.28). No proxy: an SSRF guard a proxy could bypass (or
-    one that would check the proxy's address instead of the receiver's) guards nothing."""
-
-    def __init__(self, allowed: Sequence[Network] = (), *, limits: httpx.Limits) -> None:
-        super().__init__(limits=limits, trust_env=False, retries=0)
-        pool = self._pool
-        assert isinstance(pool, httpcore.AsyncConnectionPool)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=pool._ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=PinnedBackend(allowed),
-        )
 
 
 def _shown(value: object) -> str:

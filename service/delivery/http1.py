@@ -17,7 +17,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import certifi
 import h11
@@ -27,6 +27,7 @@ from service.ssrf import Network, Refused, resolve_checked
 IDLE_S = 5.0  # a kept connection unused this long is closed (httpx's keepalive_expiry)
 READ_CHUNK = 65_536
 DEFAULT_PORTS = {"http": 80, "https": 443}
+_TARGET_SAFE = "/?&=%:@!$'()*+,;~[]"  # RFC 3986's delimiters and "%": only what is not ASCII is encoded
 
 
 class Answer:
@@ -82,7 +83,8 @@ class WebhookClient:
             raise ValueError(f"not an http(s) URL with a host: {url[:200]!r}")
         port = parts.port or DEFAULT_PORTS[scheme]
         origin = (scheme, host, port)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # as browsers and httpx send it: characters beyond ASCII percent-encoded as UTF-8, escapes kept
+        target = quote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe=_TARGET_SAFE)
         shown = f"[{host}]" if ":" in host else host
         authority = shown if port == DEFAULT_PORTS[scheme] else f"{shown}:{port}"
         request = h11.Request(
@@ -156,7 +158,7 @@ class WebhookClient:
         self, origin: tuple[str, str, int], conn: _Connection, request: h11.Request, body: bytes
     ) -> Answer:
         c = conn.h11
-        answered = False
+        answered = False  # any byte of an answer read
         try:
             conn.writer.write(c.send(request) + c.send(h11.Data(data=body)) + c.send(h11.EndOfMessage()))
             await conn.writer.drain()
@@ -167,6 +169,7 @@ class WebhookClient:
                     data = await conn.reader.read(READ_CHUNK)
                     if not data and not answered:
                         raise _Stale()
+                    answered = True
                     c.receive_data(data)
                 elif isinstance(event, h11.InformationalResponse):
                     answered = True

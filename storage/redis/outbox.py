@@ -86,7 +86,8 @@ class Outbox:
 
     async def _mark_owing(self, after: float) -> None:
         await asyncio.sleep(after)
-        await self.flush()
+        while self._owing:  # also what was owed while the SADD before was on its way
+            await self.flush()
 
     async def flush(self) -> None:
         """Mark the projects owed deliveries now (a lease does first; a closing store does). Returns once
@@ -107,12 +108,10 @@ class Outbox:
             self._unmarked.difference_update(projects)
 
     async def aclose(self) -> None:
-        """Before the client closes: the marks still waiting are made now (or left to the full scan)."""
-        if self._marking is not None and not self._marking.done():
-            self._marking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._marking
+        """Before the client closes: the marks still waiting are made (or left to the full scan)."""
         with contextlib.suppress(Exception):
+            if self._marking is not None:
+                await self._marking
             await self.flush()
 
     async def projects_due(self, now: int) -> list[str]:

@@ -316,6 +316,18 @@ async def test_what_a_subscription_is_owed_goes_with_it(store: Store, clock: Man
     assert await store.outbox_stats() == (0, None)
 
 
+async def test_an_unsubscribe_notice_is_leased_behind_the_notifications_it_made_stale(store: Store) -> None:
+    """Unsubscribing (confirmed false) leaves the subscription's owed notifications dead and owes it the
+    notice: one lease meets both, drops the first and hands out the notice."""
+    sub, _ = await subscribe(store, Q, HOOK)
+    await post(store, Q, "a", "b")
+    await store.confirm_subscription(Q, sub.id, confirmed=False)
+    got = await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10)
+    assert [(d.kind, d.subscription.id, d.subscription.subscriber) for d in got] == [
+        ("unsubscribed", sub.id, HOOK)
+    ]
+
+
 # -- QueueStats: dead letters by reason, redriven ---------------------------------------------------------
 
 

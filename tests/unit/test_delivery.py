@@ -150,6 +150,13 @@ async def test_a_receiver_that_hangs_up_after_each_answer_gets_each_delivery_onc
     assert webhook_receiver.connections == 5
 
 
+async def test_a_path_beyond_ascii_is_sent_percent_encoded(webhook_receiver: HttpReceiver) -> None:
+    async with Deliverer(LOOPBACK) as deliverer:
+        outcome = await deliverer.deliver(subscription(webhook_receiver.url_for("/café?q=ü&x=%41")), {})
+    assert outcome.delivered, outcome
+    assert webhook_receiver.requests[0].target == "/caf%C3%A9?q=%C3%BC&x=%41"
+
+
 async def test_nobody_listening_is_a_retry() -> None:
     from tests.servers import free_port
 

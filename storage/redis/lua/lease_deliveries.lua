@@ -9,18 +9,19 @@
 local outbox, prefix, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local lease, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {-1}
-local subs = {}  -- subscription id -> {its fields as a table, its HGETALL} (read once a script)
+-- subscription id -> {its fields as a table, its HGETALL, whether a leased delivery carried them yet}: each
+-- subscription read once a script, and sent once a reply, with the first live delivery that names it
+local subs = {}
 local function subscription(sid)
   local s = subs[sid]
   if s == nil then
     local all = redis.call('HGETALL', subscription_key(prefix, sid))
     local f = {}
     for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
-    s = {f, all}
+    s = {f, all, false}
     subs[sid] = s
-    return s, all
   end
-  return s, {}
+  return s
 end
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, limit)) do
   local dk = delivery_key(prefix, did)
@@ -29,12 +30,13 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
   for i = 1, #all, 2 do d[all[i]] = all[i + 1] end
   local live = false
   if d._k then
-    local s, shown = subscription(d._s)
+    local s = subscription(d._s)
     local f = s[1]
     live = f.q == d._q and tonumber(f.e or 0) > now and (d._k ~= 'notification' or f.c == '1')
     if live then
       redis.call('ZADD', outbox, now + lease, did)
-      table.insert(out, {did, all, shown})
+      table.insert(out, {did, all, s[3] and {} or s[2]})
+      s[3] = true
     end
   end
   if not live then
