@@ -133,10 +133,6 @@ class Supervised:
         self._process = subprocess.Popen(self._argv)  # noqa: S603 - our own interpreter and module
         self._thread.start()
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
     def _watch(self) -> None:
         while not self._stopping.is_set():
             assert self._process is not None

@@ -99,10 +99,7 @@ class WebhookClient:
             except _Stale:
                 pass  # the receiver closed the kept connection: once more, on a new one
         conn = await self._connect(scheme, host, port)
-        try:
-            return await self._exchange(origin, conn, request, body)
-        except _Stale as exc:
-            raise ProtocolFailure("the connection closed before an answer") from exc
+        return await self._exchange(origin, conn, request, body)  # a new one is never stale: no _Stale
 
     def _kept(self, origin: tuple[str, str, int]) -> _Connection | None:
         kept = self._idle.get(origin)
@@ -172,9 +169,8 @@ class WebhookClient:
                     answered = True
                     c.receive_data(data)
                 elif isinstance(event, h11.InformationalResponse):
-                    answered = True
+                    continue  # 100 Continue and the like: the answer follows
                 elif isinstance(event, h11.Response):
-                    answered = True
                     status = event.status_code
                     for name, value in event.headers:
                         if name == b"location":
