@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -34,7 +33,7 @@ from api.access import RequestLog
 from app.main import create_app
 from app.settings import MetricsSettings, Settings
 from bench.cpu import cpu_seconds
-from bench.request_cost import HEADERS, POST, call
+from bench.request_cost import HEADERS, POST, call, claim_and_delete
 from core.models import NewMessage, QueueRef
 from storage.redis.store import RedisStore
 from tests.servers import RedisServer
@@ -118,17 +117,10 @@ async def turn(app: Any, spent: dict[str, float], requests: int = 100) -> None:
         status, _ = await call(app, "POST", "/v2/queues/h/messages", POST)
         t1 = time.process_time()
         assert status == 201, status
-        status, body = await call(app, "POST", "/v2/queues/h/claims", b'{"ttl": 60}', b"limit=10")
-        t2 = time.process_time()
-        assert status == 201, status
-        for m in json.loads(body)["messages"]:
-            path, _, query = m["href"].partition("?")
-            status, _ = await call(app, "DELETE", path, query=query.encode())
-            assert status == 204, status
-        t3 = time.process_time()
+        claim, delete = await claim_and_delete(app, "h")
         spent["post of 10 messages"] += t1 - t0
-        spent["claim of 10"] += t2 - t1
-        spent["delete with claim_id"] += (t3 - t2) / 10
+        spent["claim of 10"] += claim
+        spent["delete with claim_id"] += delete / 10
 
 
 async def http(rounds: int) -> None:

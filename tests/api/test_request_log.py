@@ -45,23 +45,24 @@ class Lines(logging.Handler):
         return [json.loads(r.getMessage()) for r in self.records]
 
 
-@pytest.fixture
-def access() -> Iterator[Lines]:
-    """Every access line logged during the test (the logger's own stderr handler keeps writing too)."""
+def captured(name: str) -> Iterator[Lines]:
+    """Every line logger `name` logs meanwhile (its own handlers keep writing too)."""
     handler = Lines()
-    logger = logging.getLogger("charon.access")
+    logger = logging.getLogger(name)
     logger.addHandler(handler)
     yield handler
     logger.removeHandler(handler)
+
+
+@pytest.fixture
+def access() -> Iterator[Lines]:
+    """Every access line logged during the test."""
+    yield from captured("charon.access")
 
 
 @pytest.fixture
 def errors() -> Iterator[Lines]:
-    handler = Lines()
-    logger = logging.getLogger("charon.errors")
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
+    yield from captured("charon.errors")
 
 
 def fresh(r: httpx.Response) -> str:
