@@ -34,7 +34,10 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix s:<subscription id>   HASH  SubscriptionField
   prefix outbox                ZSET  delivery id -> ms it is due (a leased one: when its lease ends)
   prefix outbox:seq            STRING the delivery id counter
-  prefix d:<delivery id>       HASH  DeliveryField, and for a notification the message's MessageField copy
+  prefix outbox:owed           STRING how many messages' deliveries the outbox owes (the notifier's backlog)
+  prefix d:<delivery id>       HASH  DeliveryField, and for a dead letter's notification the message's
+                                     MessageField copy; a post's notifications to one subscription are one
+                                     hash, the messages packed in `_p`
 
 Invariant: a live message id is in msgs, in expiry, and in exactly one of ready / delayed / claimed.
 """
@@ -173,8 +176,10 @@ class SubscriptionField(StrEnum):
 
 
 class DeliveryField(StrEnum):
-    """A delivery's own fields; a notification's hash also holds its message's MessageField copy, whose
-    names never start with '_'."""
+    """A delivery's own fields; a dead letter's notification's hash also holds its message's MessageField
+    copy, whose names never start with '_'. A post's notifications to one subscription are one hash
+    (lib.lua notify_post) with PACKED, LEFT, and, per message i (1-based), `_x<i>` once finished and
+    `_a<i>` its failed attempts (finish_delivery.lua)."""
 
     KIND = "_k"
     SUBSCRIPTION = "_s"
@@ -182,6 +187,10 @@ class DeliveryField(StrEnum):
     ATTEMPTS = "_a"
     CREATED = "_cr"
     MESSAGE = "_m"  # the message id (notifications only)
+    PACKED = "_p"  # a post's messages: id US ttl US eligible 1/0 US body, ... (US = "\x1f")
+    LEFT = "_l"  # how many of PACKED are still owed
+    IN_FLIGHT = "_f"  # how many of PACKED the lease took that are not finished yet
+    RETRY = "_r"  # the earliest retry time asked of those
 
 
 class IdempotencyField(StrEnum):
@@ -312,6 +321,10 @@ class ProjectKeys:
     @property
     def outbox_seq(self) -> str:
         return f"{self.prefix}outbox:seq"
+
+    @property
+    def outbox_owed(self) -> str:
+        return f"{self.prefix}outbox:owed"
 
 
 @dataclass(frozen=True, slots=True)

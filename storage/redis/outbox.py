@@ -21,6 +21,7 @@ from core.errors import CharonError, StorageFull
 from core.models import Delivery, Message, MessageId
 from storage.redis.keys import (
     DeliveryField,
+    MessageField,
     ProjectKeys,
     message_of,
     outbox_due_key,
@@ -39,27 +40,74 @@ STATS_PROJECTS = 1000  # outbox_stats counts the deliveries of at most this many
 
 log = logging.getLogger("charon.redis")
 
-_KIND, _SUB, _QUEUE, _ATTEMPTS, _CREATED, _MESSAGE = (f.value for f in DeliveryField)
+_KIND, _SUB, _QUEUE, _ATTEMPTS, _CREATED, _MESSAGE = (
+    DeliveryField.KIND.value,
+    DeliveryField.SUBSCRIPTION.value,
+    DeliveryField.QUEUE.value,
+    DeliveryField.ATTEMPTS.value,
+    DeliveryField.CREATED.value,
+    DeliveryField.MESSAGE.value,
+)
+_PACKED = DeliveryField.PACKED.value
 _KINDS = {"notification", "confirmation", "unsubscribed"}
+_INDEX = "."  # a post's delivery hash's id, this, the message's index in it: the Delivery's id
 
 
-def delivery_of(project: str, delivery_id: str, d: dict[str, str], s: dict[str, str]) -> Delivery:
-    """A delivery from its hash and its subscription's (lease_deliveries.lua)."""
+def deliveries_of(project: str, delivery_id: str, d: dict[str, str], s: dict[str, str]) -> list[Delivery]:
+    """The deliveries a leased hash holds, with its subscription's fields (lease_deliveries.lua): one, or
+    for a post's notifications to one subscription (lib.lua notify_post) each message still owed."""
     kind = d[_KIND]
     if kind not in _KINDS:
         raise ValueError(f"unknown delivery kind {kind!r}")
+    subscription = subscription_of(d[_SUB], s)
+    created = int(d[_CREATED])
+    if _PACKED in d:
+        packed = d[_PACKED].split("\x1f")
+        out = []
+        for i in range(len(packed) // 4):
+            index = i + 1
+            if f"_x{index}" in d:  # finished already
+                continue
+            mid, ttl, eligible, body = packed[4 * i : 4 * i + 4]
+            shown = {
+                _QUEUE: d[_QUEUE],
+                MessageField.BODY: body,
+                MessageField.TTL: ttl,
+                MessageField.CREATED: d[_CREATED],
+                MessageField.NOT_ELIGIBLE: "0" if eligible == "1" else "1",
+            }
+            out.append(
+                Delivery(
+                    id=f"{delivery_id}{_INDEX}{index}",
+                    project=project,
+                    subscription=subscription,
+                    kind="notification",
+                    message=message_of(MessageId(mid), shown),
+                    attempts=int(d.get(f"_a{index}", 0)),
+                    created_ms=created,
+                )
+            )
+        return out
     message: Message | None = None
     if _MESSAGE in d:
         message = message_of(MessageId(d[_MESSAGE]), d)
-    return Delivery(
-        id=delivery_id,
-        project=project,
-        subscription=subscription_of(d[_SUB], s),
-        kind=kind,  # type: ignore[arg-type]  # checked against _KINDS above
-        message=message,
-        attempts=int(d[_ATTEMPTS]),
-        created_ms=int(d[_CREATED]),
-    )
+    return [
+        Delivery(
+            id=delivery_id,
+            project=project,
+            subscription=subscription,
+            kind=kind,  # type: ignore[arg-type]  # checked against _KINDS above
+            message=message,
+            attempts=int(d[_ATTEMPTS]),
+            created_ms=created,
+        )
+    ]
+
+
+def _hash_of(d: Delivery) -> tuple[str, list[int]]:
+    """The id of the hash `d` is in, and its index there (none when the hash is its alone)."""
+    hash_id, dot, index = d.id.partition(_INDEX)
+    return hash_id, [int(index)] if dot else []
 
 
 class Outbox:
@@ -190,7 +238,8 @@ class Outbox:
                 keys, now=now, lease_ms=lease_ms, limit=max(1, room // len(batch))
             )
             for project, reply in zip(batch, replies, strict=True):
-                out.extend(delivery_of(project, did, d, s) for did, d, s in reply.leased)
+                for did, d, s in reply.leased:
+                    out.extend(deliveries_of(project, did, d, s))
             await self.record({p: r.next_due_ms for p, r in zip(batch, replies, strict=True)})
         if projects:  # not looked at this time: still due, so recorded as due now for the next call
             await self.record(dict.fromkeys(projects, now))
@@ -198,8 +247,9 @@ class Outbox:
 
     async def finish(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool) -> None:
         project = ProjectKeys.of(self._ns, d.project)
+        hash_id, indexes = _hash_of(d)
         first = await self._scripts.finish_delivery(
-            project, delivery_id=d.id, retry_at=retry_at_ms, attempted=attempted
+            project, delivery_id=hash_id, retry_at=retry_at_ms, attempted=attempted, indexes=indexes
         )
         # A delivery deleted moves no due time earlier; one due again may (its lease end was recorded)
         if retry_at_ms is not None and first is not None:
@@ -210,23 +260,34 @@ class Outbox:
                 self._unmarked.add(d.project)
 
     async def finish_all(self, done: Sequence[Delivery]) -> None:
-        """Delete each of `done`: its hash, then its outbox entry (an entry whose hash is gone is dropped
-        when leased, so a failure between the two loses nothing), for every project in one round trip."""
+        """Finish each of `done` as delivered, a script call per hash (a post's messages together), all in
+        one round trip. Finishing the last message in flight of a post's hash makes one retried meanwhile
+        due (finish_delivery.lua), so each project's due time is recorded again (lowered only)."""
         if not done:
             return
-        by_project: dict[str, list[str]] = {}
+        by_hash: dict[tuple[str, str], list[int]] = {}
         for d in done:
-            by_project.setdefault(d.project, []).append(d.id)
-        async with unavailable_as_domain_error(), self._client.pipeline(transaction=False) as pipe:
-            for project, ids in by_project.items():
-                keys = ProjectKeys.of(self._ns, project)
-                pipe.delete(*(keys.delivery(i) for i in ids))
-                pipe.zrem(keys.outbox, *ids)
-            await pipe.execute()
+            hash_id, indexes = _hash_of(d)
+            by_hash.setdefault((d.project, hash_id), []).extend(indexes)
+        calls = [(ProjectKeys.of(self._ns, p), h, indexes) for (p, h), indexes in by_hash.items()]
+        async with unavailable_as_domain_error():
+            firsts = await self._scripts.finish_deliveries(calls)
+        due: dict[str, int] = {}
+        for (project, _), first in zip(by_hash, firsts, strict=True):
+            if first is not None:
+                due[project] = min(first, due.get(project, first))
+        if due:
+            try:
+                async with unavailable_as_domain_error():
+                    await self._client.zadd(outbox_due_key(self._ns), due, lt=True)
+            except CharonError:
+                self._unmarked.update(due)
 
     async def stats(self) -> tuple[int, int | None]:
         """Counted in the projects marked or recorded (at most STATS_PROJECTS of each, the earliest
-        recorded): their outboxes are the truth, the marks a hint that may name an outbox emptied since."""
+        recorded): their outboxes are the truth, the marks a hint that may name an outbox emptied since.
+        A project's count is its `outbox:owed` (messages, a post's counted each), never below its outbox's
+        entries, and 0 when the outbox is empty."""
         await self.flush()
         async with unavailable_as_domain_error():
             due = await self._client.zrange(outbox_due_key(self._ns), 0, STATS_PROJECTS - 1)
@@ -236,9 +297,14 @@ class Outbox:
                 return 0, None
             async with self._client.pipeline(transaction=False) as pipe:
                 for project in recorded:
-                    outbox = ProjectKeys.of(self._ns, str(project)).outbox
-                    pipe.zcard(outbox)
-                    pipe.zrange(outbox, 0, 0, withscores=True)
+                    keys = ProjectKeys.of(self._ns, str(project))
+                    pipe.zcard(keys.outbox)
+                    pipe.get(keys.outbox_owed)
+                    pipe.zrange(keys.outbox, 0, 0, withscores=True)
                 replies = await pipe.execute()
-        firsts = [int(first[0][1]) for first in replies[1::2] if first]
-        return sum(map(int, replies[0::2])), min(firsts, default=None)
+        waiting, firsts = 0, []
+        for entries, owed, first in zip(replies[0::3], replies[1::3], replies[2::3], strict=True):
+            if first:
+                waiting += max(int(entries), int(owed or 0))
+                firsts.append(int(first[0][1]))
+        return waiting, min(firsts, default=None)

@@ -440,13 +440,36 @@ class Scripts:
         return out
 
     async def finish_delivery(
-        self, project: ProjectKeys, *, delivery_id: str, retry_at: int | None, attempted: bool
+        self,
+        project: ProjectKeys,
+        *,
+        delivery_id: str,
+        retry_at: int | None,
+        attempted: bool,
+        indexes: Sequence[int] = (),
     ) -> int | None:
-        """The project's outbox's earliest due time after it, None when empty."""
-        keys = [project.outbox, project.delivery(delivery_id)]
-        args = [delivery_id, _opt(retry_at), int(attempted)]
-        first = await self._run(self._s["finish_delivery"], keys, args)
+        """The project's outbox's earliest due time after it, None when empty. `indexes`: the messages of a
+        post's delivery hash to finish (finish_delivery.lua)."""
+        first = await self._run(
+            self._s["finish_delivery"], *self._finish_call(project, delivery_id, retry_at, attempted, indexes)
+        )
         return None if int(first) < 0 else int(first)
+
+    async def finish_deliveries(
+        self, done: Sequence[tuple[ProjectKeys, str, Sequence[int]]]
+    ) -> list[int | None]:
+        """finish_delivery.lua of each (project, delivery id, indexes) as delivered, together: each one's
+        project's outbox's earliest due time after it."""
+        calls = [self._finish_call(p, did, None, False, indexes) for p, did, indexes in done]
+        firsts = await self._run.each(self._s["finish_delivery"], calls)
+        return [None if int(first) < 0 else int(first) for first in firsts]
+
+    @staticmethod
+    def _finish_call(
+        project: ProjectKeys, delivery_id: str, retry_at: int | None, attempted: bool, indexes: Sequence[int]
+    ) -> tuple[list[str], list[Any]]:
+        keys = [project.outbox, project.delivery(delivery_id), project.outbox_owed]
+        return keys, [delivery_id, _opt(retry_at), int(attempted), *indexes]
 
     # -- the sweeper ----------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 from core.clock import ManualClock
 from core.models import Delivery, Idempotency, NewMessage, QueueRef, RedriveSpec, Rejection, TaskId
-from storage.base import Store
+from storage.base import LEASE_PACK, Store
 from tests.contract.helpers import CLIENT, DLQ, Q, claim_ids, post, set_meta, set_policy
 from tests.contract.test_subscriptions import HOOK, MAIL, subscribe
 
@@ -22,7 +22,7 @@ async def drain(store: Store, owner: str = "notifier", *, finish: bool = True) -
     out: list[Delivery] = []
     for _ in range(100):
         got = await store.lease_deliveries(owner, lease_ms=LEASE_MS, limit=7)
-        assert len(got) <= 7
+        assert len(got) < 7 + LEASE_PACK
         if not got:
             return out
         out += got
@@ -292,6 +292,68 @@ async def test_a_retry_is_due_at_its_time_with_one_more_attempt(store: Store, cl
     await store.finish_delivery(third, retry_at_ms=None)
     await store.finish_delivery(third, retry_at_ms=None)  # gone: not an error
     await store.finish_delivery(third, retry_at_ms=clock.now_ms())  # gone: nothing comes back
+    assert await store.outbox_stats() == (0, None)
+
+
+async def test_each_message_of_a_post_is_finished_and_retried_on_its_own(
+    store: Store, clock: ManualClock
+) -> None:
+    await subscribe(store, Q, HOOK)
+    ids = await post(store, Q, "a", "b", "c", "d")
+    leased = {
+        d.message.id: d for d in await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10) if d.message
+    }
+    assert set(leased) == set(ids)
+    a, b, c, d = (leased[i] for i in ids)
+    retry_at = clock.now_ms() + 5000
+    await store.finish_deliveries([a, c])
+    await store.finish_delivery(b, retry_at_ms=retry_at)  # failed: one more attempt
+    await store.finish_delivery(d, retry_at_ms=retry_at, attempted=False)  # put off, not tried
+    assert await store.outbox_stats() == (2, retry_at)
+    clock.advance(5)
+    again = await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10)
+    assert sorted((x.id, x.attempts, x.message.body if x.message else None) for x in again) == sorted(
+        [(b.id, 1, "b"), (d.id, 0, "d")]
+    )
+    await store.finish_deliveries(again)
+    await store.finish_deliveries([a, b, c, d])  # finished already: nothing comes back, nothing counts twice
+    clock.advance(LEASE_MS / 1000)
+    assert await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10) == []
+    assert await store.outbox_stats() == (0, None)
+
+
+async def test_a_retry_never_brings_back_a_message_still_in_flight(store: Store, clock: ManualClock) -> None:
+    """A message retried soon while another of its post is still being sent: the one in flight is not
+    leased again before its lease ends; the retried one comes back, once, by the time the other is done."""
+    await subscribe(store, Q, HOOK)
+    await post(store, Q, "a", "b")
+    a, b = sorted(
+        await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10),
+        key=lambda x: str(x.message and x.message.body),
+    )
+    await store.finish_delivery(a, retry_at_ms=clock.now_ms() + 10)
+    clock.advance(1)
+    early = await store.lease_deliveries("m", lease_ms=LEASE_MS, limit=10)
+    assert b.id not in {x.id for x in early}
+    await store.finish_deliveries([b])
+    later = await store.lease_deliveries("m", lease_ms=LEASE_MS, limit=10)
+    assert [(x.id, x.attempts) for x in early + later] == [(a.id, 1)]
+
+
+async def test_a_large_post_is_owed_a_notification_a_message_and_leased_within_bounds(
+    store: Store, clock: ManualClock
+) -> None:
+    await subscribe(store, Q, HOOK)
+    await subscribe(store, Q, MAIL)
+    n = 2 * LEASE_PACK + 5
+    ids = await post(store, Q, *range(n))
+    assert await store.outbox_stats() == (2 * n, clock.now_ms())
+    first = await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=1)
+    assert 1 <= len(first) < 1 + LEASE_PACK
+    got = first + await drain(store)
+    assert owed(got) == Counter({(s, "notification", m): 1 for s in (HOOK, MAIL) for m in ids})
+    assert sorted(d.message.body for d in got if d.message) == sorted([*range(n)] * 2)
+    await store.finish_deliveries(first)
     assert await store.outbox_stats() == (0, None)
 
 

@@ -2,10 +2,12 @@
 --   -> {the outbox's earliest due time after the lease or -1 when empty,
 --       {delivery id, {delivery field, value, ...}, {subscription field, value, ...} or {} when an earlier
 --        entry of this reply has the same subscription's}, ...}
--- Takes up to `limit` due deliveries of one project, oldest due first, each until now + lease_ms: in one
--- script, so two notifiers never hold one at once while its lease runs, and a notifier that dies holding one
--- leaves it due again when the lease ends (at least once). A delivery whose subscription is gone, expired,
--- or (for a notification) no longer confirmed is deleted instead.
+-- Takes due deliveries of one project, oldest due first, each until now + lease_ms, until `limit` messages'
+-- worth (a post's notifications to one subscription are one hash a POST_PACK messages, lib.lua
+-- notify_post, leased whole: the last one taken may pass the limit by less than POST_PACK): in one script, so two notifiers never
+-- hold one at once while its lease runs, and a notifier that dies holding one leaves it due again when the
+-- lease ends (at least once). A delivery whose subscription is gone, expired, or (for a notification) no
+-- longer confirmed is deleted instead.
 local outbox, prefix, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local lease, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {-1}
@@ -23,7 +25,9 @@ local function subscription(sid)
   end
   return s
 end
+local taken = 0
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, limit)) do
+  if taken >= limit then break end
   local dk = delivery_key(prefix, did)
   local all = redis.call('HGETALL', dk)
   local d = {}
@@ -35,8 +39,16 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
     live = f.q == d._q and tonumber(f.e or 0) > now and (d._k ~= 'notification' or f.c == '1')
     if live then
       redis.call('ZADD', outbox, now + lease, did)
+      if d._l then
+        -- a post's: every message still owed is in flight (finish_delivery.lua counts them back)
+        redis.call('HSET', dk, '_f', d._l)
+        redis.call('HDEL', dk, '_r')
+      end
       table.insert(out, {did, all, s[3] and {} or s[2]})
       s[3] = true
+      taken = taken + (tonumber(d._l) or 1)
+    else
+      redis.call('DECRBY', outbox_owed_key(prefix), tonumber(d._l) or 1)
     end
   end
   if not live then

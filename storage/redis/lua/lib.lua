@@ -34,7 +34,7 @@ local function qkeys(prefix, name)
           subs = subscriptions_key(base), subscribers = subscribers_key(base)}
 end
 
--- keys.py ProjectKeys.subscription, .delivery, .outbox and .outbox_seq
+-- keys.py ProjectKeys.subscription, .delivery, .outbox, .outbox_seq and .outbox_owed
 local function subscription_key(prefix, sid)
   return prefix .. 's:' .. sid
 end
@@ -49,6 +49,10 @@ end
 
 local function outbox_seq_key(prefix)
   return prefix .. 'outbox:seq'
+end
+
+local function outbox_owed_key(prefix)
+  return prefix .. 'outbox:owed'
 end
 
 local function message_key(prefix, id)
@@ -95,6 +99,7 @@ local function owe(prefix, sid, kind, queue, now, id, fields)
     redis.call('HSET', dk, '_k', kind, '_s', sid, '_q', queue, '_a', 0, '_cr', now)
   end
   redis.call('ZADD', outbox_key(prefix), now, did)
+  redis.call('INCR', outbox_owed_key(prefix))
   OUTBOX.owed = 1
 end
 
@@ -141,20 +146,32 @@ local function notify(prefix, K, subs, id, mk, now)
   for _, sid in ipairs(subs) do owe(prefix, sid, 'notification', K.name, now, id, fields) end
 end
 
--- Owe each of `subs` a notification of each message of a post: `posted` is a list of {id, fields}, the
--- fields a notification shows of a message just posted (lib.lua's callers: post_messages; the reader in
--- storage/redis/outbox.py fills in the rest: not claimed, never claimed). One INCRBY and one ZADD a 1,000
--- deliveries for the whole post; one HSET each.
-local function notify_post(prefix, K, subs, posted, now)
-  if #subs == 0 or #posted == 0 then return end
-  local count = #subs * #posted
+-- Owe each of `subs` (subscribers(K, now)) a notification of each message of a post, in ONE delivery hash
+-- per subscription and POST_PACK messages: `owed` is the flat list id, ttl, eligible 1/0, body of each
+-- message, packed in the hash as a notification shows them (`_p`: the same, US-separated, US = "\31";
+-- storage/redis/outbox.py reads it and fills in the rest: not claimed, never claimed), with `_l` how many
+-- are still owed. Each message is then finished on its own (finish_delivery.lua), and the hash goes with
+-- the last. A post of up to POST_PACK messages costs one INCRBY, one ZADD and one HSET a subscription (a
+-- hash a message cost redis-server twice the post's own work); a lease takes a hash whole, so POST_PACK
+-- also bounds by how much a lease may pass its limit.
+local POST_PACK = 32
+
+local function notify_post(prefix, K, subs, owed, now)
+  local n = #owed / 4
+  if #subs == 0 or n == 0 then return end
+  local packs = {}
+  for first = 1, n, POST_PACK do
+    local last = math.min(first + POST_PACK - 1, n)
+    table.insert(packs, {last - first + 1, table.concat(owed, '\31', 4 * first - 3, 4 * last)})
+  end
+  local count = #subs * #packs
   local did = redis.call('INCRBY', outbox_seq_key(prefix), count) - count
   local due = {}
-  for _, m in ipairs(posted) do
-    for _, sid in ipairs(subs) do
+  for _, sid in ipairs(subs) do
+    for _, pack in ipairs(packs) do
       did = did + 1
       redis.call('HSET', delivery_key(prefix, did), '_k', 'notification', '_s', sid, '_q', K.name, '_a', 0,
-                 '_cr', now, '_m', m[1], unpack(m[2]))
+                 '_cr', now, '_l', pack[1], '_p', pack[2])
       table.insert(due, now); table.insert(due, did)
     end
   end
@@ -162,6 +179,7 @@ local function notify_post(prefix, K, subs, posted, now)
   for first = 1, #due, 2000 do
     redis.call('ZADD', outbox, unpack(due, first, math.min(first + 1999, #due)))
   end
+  redis.call('INCRBY', outbox_owed_key(prefix), #subs * n)
   OUTBOX.owed = 1
 end
 

@@ -54,7 +54,7 @@ local last = redis.call('HINCRBY', K.queue, 'seq', n)
 local msgs, ready, delayed, expiry = {}, {}, {}, {}
 local earliest
 local subs = subscribers(K, now)
-local owed = {}  -- {id, the fields its notification shows} of each message, when the queue has subscribers
+local owed = {}  -- id, ttl, eligible, body of each message, when the queue has subscribers (notify_post)
 for i, m in ipairs(posted) do
   local id, ttl, delay, eligible, body = m[1], m[2], m[3], m[4], m[5]
   if ttl < 0 then ttl = dttl end
@@ -68,9 +68,8 @@ for i, m in ipairs(posted) do
              'c', '', 'ce', 0, 'cc', 0, 'av', av, 'e', e)
   if eligible == '0' then redis.call('HSET', mk, 'ne', 1) end
   if #subs > 0 then
-    local shown = {'b', body, 't', ttl, 'cr', now}
-    if eligible == '0' then table.insert(shown, 'ne'); table.insert(shown, 1) end
-    table.insert(owed, {id, shown})
+    table.insert(owed, id); table.insert(owed, ttl); table.insert(owed, eligible == '0' and '0' or '1')
+    table.insert(owed, body)
   end
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
   if earliest == nil or e < earliest then earliest = e end
