@@ -37,7 +37,6 @@ from core.models import (
     TaskId,
 )
 
-LEASE_PACK = 32  # a lease may pass its limit by less than this (a post's notifications are leased together)
 DEFAULT_TIMEOUT_S = 5.0  # seconds a storage operation may take before it fails (Settings.storage_timeout)
 
 # Told that n messages of a queue became claimable (now, or later: a delayed one); (None, 0) when the source
@@ -325,10 +324,7 @@ class SubscriptionStore(Protocol):
     async def lease_deliveries(self, owner: str, *, lease_ms: int, limit: int) -> list[Delivery]:
         """Take up to `limit` deliveries that are due (in every project; oldest due first within a
         project) for `lease_ms`: none is leased to two owners at once while its lease runs. Deliveries
-        whose subscription is gone or expired are deleted here instead of returned. A driver may store a
-        post's notifications to one subscription together (Redis: up to LEASE_PACK in one hash) and lease
-        them together, so a lease may pass `limit` by less than LEASE_PACK; a message of those retried
-        while another is still in flight comes due when the others are finished, or when the lease ends."""
+        whose subscription is gone or expired are deleted here instead of returned."""
 
     async def finish_delivery(self, d: Delivery, *, retry_at_ms: int | None, attempted: bool = True) -> None:
         """End a leased delivery: None deletes it (delivered, or given up); otherwise it is due again at

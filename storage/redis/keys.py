@@ -178,8 +178,9 @@ class SubscriptionField(StrEnum):
 class DeliveryField(StrEnum):
     """A delivery's own fields; a dead letter's notification's hash also holds its message's MessageField
     copy, whose names never start with '_'. A post's notifications to one subscription are one hash
-    (lib.lua notify_post) with PACKED, LEFT, and, per message i (1-based), `_x<i>` once finished and
-    `_a<i>` its failed attempts (finish_delivery.lua)."""
+    (lib.lua notify_post) with PACKED, COUNT, LEFT, and, per message i (1-based), `_x<i>` once finished,
+    `_d<i>` when it is due (a lease's end or its retry time; unset: CREATED) and `_a<i>` its failed attempts
+    (lib.lua pack_next_due, lease_deliveries.lua, finish_delivery.lua)."""
 
     KIND = "_k"
     SUBSCRIPTION = "_s"
@@ -188,9 +189,8 @@ class DeliveryField(StrEnum):
     CREATED = "_cr"
     MESSAGE = "_m"  # the message id (notifications only)
     PACKED = "_p"  # a post's messages: id US ttl US eligible 1/0 US body, ... (US = "\x1f")
+    COUNT = "_n"  # how many PACKED holds
     LEFT = "_l"  # how many of PACKED are still owed
-    IN_FLIGHT = "_f"  # how many of PACKED the lease took that are not finished yet
-    RETRY = "_r"  # the earliest retry time asked of those
 
 
 class IdempotencyField(StrEnum):

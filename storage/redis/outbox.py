@@ -53,9 +53,11 @@ _KINDS = {"notification", "confirmation", "unsubscribed"}
 _INDEX = "."  # a post's delivery hash's id, this, the message's index in it: the Delivery's id
 
 
-def deliveries_of(project: str, delivery_id: str, d: dict[str, str], s: dict[str, str]) -> list[Delivery]:
-    """The deliveries a leased hash holds, with its subscription's fields (lease_deliveries.lua): one, or
-    for a post's notifications to one subscription (lib.lua notify_post) each message still owed."""
+def deliveries_of(
+    project: str, delivery_id: str, d: dict[str, str], s: dict[str, str], indexes: Sequence[int]
+) -> list[Delivery]:
+    """The deliveries leased of a hash, with its subscription's fields (lease_deliveries.lua): the one it
+    holds, or for a post's notifications to one subscription (lib.lua notify_post) the messages leased."""
     kind = d[_KIND]
     if kind not in _KINDS:
         raise ValueError(f"unknown delivery kind {kind!r}")
@@ -64,10 +66,8 @@ def deliveries_of(project: str, delivery_id: str, d: dict[str, str], s: dict[str
     if _PACKED in d:
         packed = d[_PACKED].split("\x1f")
         out = []
-        for i in range(len(packed) // 4):
-            index = i + 1
-            if f"_x{index}" in d:  # finished already
-                continue
+        for index in indexes:
+            i = index - 1
             mid, ttl, eligible, body = packed[4 * i : 4 * i + 4]
             shown = {
                 _QUEUE: d[_QUEUE],
@@ -238,8 +238,8 @@ class Outbox:
                 keys, now=now, lease_ms=lease_ms, limit=max(1, room // len(batch))
             )
             for project, reply in zip(batch, replies, strict=True):
-                for did, d, s in reply.leased:
-                    out.extend(deliveries_of(project, did, d, s))
+                for did, d, s, indexes in reply.leased:
+                    out.extend(deliveries_of(project, did, d, s, indexes))
             await self.record({p: r.next_due_ms for p, r in zip(batch, replies, strict=True)})
         if projects:  # not looked at this time: still due, so recorded as due now for the next call
             await self.record(dict.fromkeys(projects, now))
@@ -251,8 +251,9 @@ class Outbox:
         first = await self._scripts.finish_delivery(
             project, delivery_id=hash_id, retry_at=retry_at_ms, attempted=attempted, indexes=indexes
         )
-        # A delivery deleted moves no due time earlier; one due again may (its lease end was recorded)
-        if retry_at_ms is not None and first is not None:
+        # A retry may move the project's due time earlier (its lease end was recorded), and so may finishing
+        # one message of a post's hash whose other messages are due sooner
+        if first is not None and (retry_at_ms is not None or indexes):
             try:
                 async with unavailable_as_domain_error():
                     await self._client.zadd(outbox_due_key(self._ns), {d.project: first}, lt=True)
@@ -261,8 +262,9 @@ class Outbox:
 
     async def finish_all(self, done: Sequence[Delivery]) -> None:
         """Finish each of `done` as delivered, a script call per hash (a post's messages together), all in
-        one round trip. Finishing the last message in flight of a post's hash makes one retried meanwhile
-        due (finish_delivery.lua), so each project's due time is recorded again (lowered only)."""
+        one round trip. A post's hash is due again at the earliest time of the messages it still owes
+        (finish_delivery.lua), which may be sooner than its lease's end, so each project's due time is
+        recorded again (lowered only)."""
         if not done:
             return
         by_hash: dict[tuple[str, str], list[int]] = {}

@@ -176,7 +176,8 @@ class StepReply(NamedTuple):
 
 class LeaseReply(NamedTuple):
     next_due_ms: int | None  # the project's outbox's earliest due time after the lease, None when empty
-    leased: list[tuple[str, dict[str, str], dict[str, str]]]  # delivery id, its hash, its subscription's
+    # delivery id, its hash, its subscription's, the indexes of a post's messages leased (none: not a post's)
+    leased: list[tuple[str, dict[str, str], dict[str, str], list[int]]]
 
 
 class TaskLease(NamedTuple):
@@ -430,12 +431,12 @@ class Scripts:
         out = []
         for r in replies:
             leased, subscriptions = [], {}
-            for did, d, s in r[1:]:
+            for did, d, s, indexes in r[1:]:
                 fields = _pairs(d)
                 sid = fields[DeliveryField.SUBSCRIPTION]
                 if s:  # the script sends a subscription's fields with its first delivery only
                     subscriptions[sid] = _pairs(s)
-                leased.append((str(did), fields, subscriptions[sid]))
+                leased.append((str(did), fields, subscriptions[sid], [int(i) for i in indexes]))
             out.append(LeaseReply(None if int(r[0]) < 0 else int(r[0]), leased))
         return out
 

@@ -11,10 +11,11 @@ from redis.asyncio.connection import Connection
 
 from core.clock import ManualClock
 from core.errors import StorageUnavailable
-from storage.redis.keys import full_scan_key, touched_key
+from storage.redis.keys import ProjectKeys, full_scan_key, touched_key
 from storage.redis.runner import Script, ScriptRunner, pack_evalsha
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
+from tests.contract.test_subscriptions import HOOK, subscribe
 from tests.servers import RedisServer
 
 
@@ -116,3 +117,21 @@ def test_a_packed_call_is_what_redis_py_sends() -> None:
     for bad in (True, None, [1]):
         with pytest.raises(TypeError, match="bytes, str, int or float"):
             pack_evalsha(script, keys, [bad])
+
+
+async def test_a_backlog_count_that_drifted_heals_when_the_outbox_runs_dry(
+    redis_store: RedisStore, redis_url: str
+) -> None:
+    """Deliveries written before `outbox:owed` existed were never counted: finishing them must not leave the
+    count below zero for good (the backlog gauge would then show hashes, not messages)."""
+    await subscribe(redis_store, Q, HOOK)
+    await post(redis_store, Q, "a", "b", "c")
+    admin = aioredis.Redis.from_url(redis_url)
+    owed = ProjectKeys.of(redis_store._namespace, Q.project).outbox_owed
+    await admin.delete(owed)  # as if written by a version without the count
+    got = await redis_store.lease_deliveries("n", lease_ms=30_000, limit=10)
+    await redis_store.finish_deliveries(got)
+    assert await admin.get(owed) is None
+    await admin.aclose()
+    await post(redis_store, Q, *range(40))
+    assert (await redis_store.outbox_stats())[0] == 40

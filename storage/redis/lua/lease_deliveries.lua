@@ -1,15 +1,17 @@
 -- lease_deliveries(KEYS=[the project's outbox]; ARGV=[prefix, now, lease_ms, limit])
 --   -> {the outbox's earliest due time after the lease or -1 when empty,
 --       {delivery id, {delivery field, value, ...}, {subscription field, value, ...} or {} when an earlier
---        entry of this reply has the same subscription's}, ...}
--- Takes due deliveries of one project, oldest due first, each until now + lease_ms, until `limit` messages'
--- worth (a post's notifications to one subscription are one hash a POST_PACK messages, lib.lua
--- notify_post, leased whole: the last one taken may pass the limit by less than POST_PACK): in one script, so two notifiers never
--- hold one at once while its lease runs, and a notifier that dies holding one leaves it due again when the
--- lease ends (at least once). A delivery whose subscription is gone, expired, or (for a notification) no
--- longer confirmed is deleted instead.
+--        entry of this reply has the same subscription's, {the indexes of the messages leased} or {} for a
+--        delivery of one message or none}, ...}
+-- Takes up to `limit` due deliveries of one project, oldest due first, each until now + lease_ms: in one
+-- script, so two notifiers never hold one at once while its lease runs, and a notifier that dies holding one
+-- leaves it due again when the lease ends (at least once). A post's delivery hash (lib.lua notify_post)
+-- counts a delivery a message: the messages it owes that are due are leased, each on its own (up to the
+-- limit), and the hash is due again at pack_next_due(). A delivery whose subscription is gone, expired, or
+-- (for a notification) no longer confirmed is deleted instead.
 local outbox, prefix, now = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local lease, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local owed = outbox_owed_key(prefix)
 local out = {-1}
 -- subscription id -> {its fields as a table, its HGETALL, whether a leased delivery carried them yet}: each
 -- subscription read once a script, and sent once a reply, with the first live delivery that names it
@@ -25,7 +27,7 @@ local function subscription(sid)
   end
   return s
 end
-local taken = 0
+local taken, dropped = 0, false
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0, limit)) do
   if taken >= limit then break end
   local dk = delivery_key(prefix, did)
@@ -38,24 +40,39 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
     local f = s[1]
     live = f.q == d._q and tonumber(f.e or 0) > now and (d._k ~= 'notification' or f.c == '1')
     if live then
-      redis.call('ZADD', outbox, now + lease, did)
-      if d._l then
-        -- a post's: every message still owed is in flight (finish_delivery.lua counts them back)
-        redis.call('HSET', dk, '_f', d._l)
-        redis.call('HDEL', dk, '_r')
+      local leased = {}
+      if d._n then
+        local ends = {}
+        for i = 1, tonumber(d._n) do
+          if taken >= limit then break end
+          if not d['_x' .. i] and tonumber(d['_d' .. i] or d._cr) <= now then
+            table.insert(leased, i)
+            table.insert(ends, '_d' .. i); table.insert(ends, now + lease)
+            d['_d' .. i] = now + lease
+            taken = taken + 1
+          end
+        end
+        if #ends > 0 then redis.call('HSET', dk, unpack(ends)) end
+        redis.call('ZADD', outbox, pack_next_due(d), did)
+      else
+        redis.call('ZADD', outbox, now + lease, did)
+        taken = taken + 1
       end
-      table.insert(out, {did, all, s[3] and {} or s[2]})
-      s[3] = true
-      taken = taken + (tonumber(d._l) or 1)
+      if not d._n or #leased > 0 then
+        table.insert(out, {did, all, s[3] and {} or s[2], leased})
+        s[3] = true
+      end
     else
-      redis.call('DECRBY', outbox_owed_key(prefix), tonumber(d._l) or 1)
+      redis.call('DECRBY', owed, tonumber(d._l) or 1)
     end
   end
   if not live then
     redis.call('DEL', dk)
     redis.call('ZREM', outbox, did)
+    dropped = true
   end
 end
+if dropped then forget_owed_if_empty(outbox, owed) end
 local first = redis.call('ZRANGE', outbox, 0, 0, 'WITHSCORES')
 if #first == 2 then out[1] = first[2] end
 return out

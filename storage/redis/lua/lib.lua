@@ -149,11 +149,11 @@ end
 -- Owe each of `subs` (subscribers(K, now)) a notification of each message of a post, in ONE delivery hash
 -- per subscription and POST_PACK messages: `owed` is the flat list id, ttl, eligible 1/0, body of each
 -- message, packed in the hash as a notification shows them (`_p`: the same, US-separated, US = "\31";
--- storage/redis/outbox.py reads it and fills in the rest: not claimed, never claimed), with `_l` how many
--- are still owed. Each message is then finished on its own (finish_delivery.lua), and the hash goes with
--- the last. A post of up to POST_PACK messages costs one INCRBY, one ZADD and one HSET a subscription (a
--- hash a message cost redis-server twice the post's own work); a lease takes a hash whole, so POST_PACK
--- also bounds by how much a lease may pass its limit.
+-- storage/redis/outbox.py reads it and fills in the rest: not claimed, never claimed), with `_n` how many
+-- and `_l` how many are still owed. Each message keeps its own state in the hash (pack_next_due below): a
+-- lease takes messages, not hashes, and each is finished on its own (finish_delivery.lua); the hash goes
+-- with the last. A post of up to POST_PACK messages costs two INCRBYs, one ZADD and one HSET a subscription
+-- (a hash a message cost redis-server twice the post's own work).
 local POST_PACK = 32
 
 local function notify_post(prefix, K, subs, owed, now)
@@ -171,7 +171,7 @@ local function notify_post(prefix, K, subs, owed, now)
     for _, pack in ipairs(packs) do
       did = did + 1
       redis.call('HSET', delivery_key(prefix, did), '_k', 'notification', '_s', sid, '_q', K.name, '_a', 0,
-                 '_cr', now, '_l', pack[1], '_p', pack[2])
+                 '_cr', now, '_n', pack[1], '_l', pack[1], '_p', pack[2])
       table.insert(due, now); table.insert(due, did)
     end
   end
@@ -181,6 +181,27 @@ local function notify_post(prefix, K, subs, owed, now)
   end
   redis.call('INCRBY', outbox_owed_key(prefix), #subs * n)
   OUTBOX.owed = 1
+end
+
+-- A post's delivery hash (notify_post), its fields as a table `d`: message i (1.._n) is owed until `_x<i>`
+-- is set, and due at `_d<i>` (unset: at `_cr`; a lease sets it to the lease's end, a retry to its time);
+-- `_a<i>` counts its failed attempts. The hash's outbox score is the earliest due time of the messages it
+-- still owes (nil when it owes none).
+local function pack_next_due(d)
+  local first
+  for i = 1, tonumber(d._n) do
+    if not d['_x' .. i] then
+      local at = tonumber(d['_d' .. i] or d._cr)
+      if first == nil or at < first then first = at end
+    end
+  end
+  return first
+end
+
+-- After a script deleted deliveries: an empty outbox owes nothing, so its count starts again from 0 (a count
+-- that drifted, e.g. hashes written before the count existed, heals once the outbox runs dry).
+local function forget_owed_if_empty(outbox, owed)
+  if redis.call('ZCARD', outbox) == 0 then redis.call('DEL', owed) end
 end
 
 -- Wake-ups for long polls (POST .../claims?wait=S). A claim that found nothing and will wait sets the queue's
