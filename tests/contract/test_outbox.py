@@ -43,6 +43,17 @@ def owed(deliveries: list[Delivery]) -> Counter[tuple[str, str, str | None]]:
     )
 
 
+def by_body(deliveries: list[Delivery]) -> list[Delivery]:
+    return sorted(deliveries, key=lambda d: str(d.message.body if d.message else None))
+
+
+async def post_of_two_leased(store: Store, owner: str = "n") -> list[Delivery]:
+    """A post of "a" and "b" to a queue with one subscription: their notifications, leased by `owner`."""
+    await subscribe(store, Q, HOOK)
+    await post(store, Q, "a", "b")
+    return by_body(await store.lease_deliveries(owner, lease_ms=LEASE_MS, limit=10))
+
+
 async def test_a_post_notifies_every_live_confirmed_subscription_once_a_message(
     store: Store, clock: ManualClock
 ) -> None:
@@ -325,12 +336,7 @@ async def test_each_message_of_a_post_is_finished_and_retried_on_its_own(
 async def test_a_retry_never_brings_back_a_message_still_in_flight(store: Store, clock: ManualClock) -> None:
     """A message retried soon while another of its post is still being sent: the one in flight is not
     leased again before its lease ends; the retried one comes back, once, by the time the other is done."""
-    await subscribe(store, Q, HOOK)
-    await post(store, Q, "a", "b")
-    a, b = sorted(
-        await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10),
-        key=lambda x: str(x.message and x.message.body),
-    )
+    a, b = await post_of_two_leased(store)
     await store.finish_delivery(a, retry_at_ms=clock.now_ms() + 10)
     clock.advance(1)
     early = await store.lease_deliveries("m", lease_ms=LEASE_MS, limit=10)
@@ -357,10 +363,6 @@ async def test_a_large_post_is_owed_a_notification_a_message_and_leased_within_t
     assert await store.outbox_stats() == (0, None)
 
 
-def by_body(deliveries: list[Delivery]) -> list[Delivery]:
-    return sorted(deliveries, key=lambda d: str(d.message.body if d.message else None))
-
-
 async def test_a_lease_over_many_projects_keeps_to_its_limit(store: Store) -> None:
     projects = [QueueRef(f"project-{i}", Q.name) for i in range(4)]
     for q in projects:
@@ -375,9 +377,7 @@ async def test_a_lease_over_many_projects_keeps_to_its_limit(store: Store) -> No
 async def test_each_message_of_a_post_comes_back_at_its_own_retry_time(
     store: Store, clock: ManualClock
 ) -> None:
-    await subscribe(store, Q, HOOK)
-    await post(store, Q, "a", "b")
-    a, b = by_body(await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10))
+    a, b = await post_of_two_leased(store)
     now = clock.now_ms()
     await store.finish_delivery(a, retry_at_ms=now + 1_000)
     await store.finish_delivery(b, retry_at_ms=now + 600_000)  # b backs off for ten minutes
@@ -396,9 +396,7 @@ async def test_each_message_of_a_post_comes_back_at_its_own_retry_time(
 async def test_a_retry_is_due_at_its_time_when_the_rest_of_its_post_is_delivered(
     store: Store, clock: ManualClock
 ) -> None:
-    await subscribe(store, Q, HOOK)
-    await post(store, Q, "a", "b")
-    a, b = by_body(await store.lease_deliveries("n", lease_ms=LEASE_MS, limit=10))
+    a, b = await post_of_two_leased(store)
     await store.finish_delivery(a, retry_at_ms=clock.now_ms() + 1000)
     await store.finish_delivery(b, retry_at_ms=None)
     clock.advance(2)  # long before the lease would end
@@ -408,9 +406,7 @@ async def test_a_retry_is_due_at_its_time_when_the_rest_of_its_post_is_delivered
 async def test_a_late_finish_by_a_lapsed_holder_touches_only_its_own_message(
     store: Store, clock: ManualClock
 ) -> None:
-    await subscribe(store, Q, HOOK)
-    await post(store, Q, "a", "b")
-    a1, _ = by_body(await store.lease_deliveries("A", lease_ms=LEASE_MS, limit=10))
+    a1, _ = await post_of_two_leased(store, "A")
     clock.advance(LEASE_MS / 1000 + 1)  # A's lease ran out; B takes both again
     a2, b2 = by_body(await store.lease_deliveries("B", lease_ms=LEASE_MS, limit=10))
     await store.finish_delivery(a1, retry_at_ms=clock.now_ms() + 1000)  # A, late
