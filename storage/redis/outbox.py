@@ -252,19 +252,16 @@ class Outbox:
             project, delivery_id=hash_id, retry_at=retry_at_ms, attempted=attempted, indexes=indexes
         )
         # A retry may move the project's due time earlier (its lease end was recorded), and so may finishing
-        # one message of a post's hash whose other messages are due sooner
+        # one message of a post's hash whose other messages are due sooner: the project is marked, as after
+        # a post (a due time recorded here could be overwritten by a lease's record running meanwhile)
         if first is not None and (retry_at_ms is not None or indexes):
-            try:
-                async with unavailable_as_domain_error():
-                    await self._client.zadd(outbox_due_key(self._ns), {d.project: first}, lt=True)
-            except CharonError:
-                self._unmarked.add(d.project)
+            await self.owed(d.project)
 
     async def finish_all(self, done: Sequence[Delivery]) -> None:
         """Finish each of `done` as delivered, a script call per hash (a post's messages together), all in
         one round trip. A post's hash is due again at the earliest time of the messages it still owes
-        (finish_delivery.lua), which may be sooner than its lease's end, so each project's due time is
-        recorded again (lowered only)."""
+        (finish_delivery.lua), which may be sooner than its lease's end, so each project still owed
+        deliveries is marked for the notifiers (owed())."""
         if not done:
             return
         by_hash: dict[tuple[str, str], list[int]] = {}
@@ -274,16 +271,8 @@ class Outbox:
         calls = [(ProjectKeys.of(self._ns, p), h, indexes) for (p, h), indexes in by_hash.items()]
         async with unavailable_as_domain_error():
             firsts = await self._scripts.finish_deliveries(calls)
-        due: dict[str, int] = {}
-        for (project, _), first in zip(by_hash, firsts, strict=True):
-            if first is not None:
-                due[project] = min(first, due.get(project, first))
-        if due:
-            try:
-                async with unavailable_as_domain_error():
-                    await self._client.zadd(outbox_due_key(self._ns), due, lt=True)
-            except CharonError:
-                self._unmarked.update(due)
+        for project in {p for (p, _), first in zip(by_hash, firsts, strict=True) if first is not None}:
+            await self.owed(project)
 
     async def stats(self) -> tuple[int, int | None]:
         """Counted in the projects marked or recorded (at most STATS_PROJECTS of each, the earliest

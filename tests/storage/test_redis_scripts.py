@@ -135,3 +135,42 @@ async def test_a_backlog_count_that_drifted_heals_when_the_outbox_runs_dry(
     await admin.aclose()
     await post(redis_store, Q, *range(40))
     assert (await redis_store.outbox_stats())[0] == 40
+
+
+async def test_a_retry_made_while_a_lease_records_its_due_time_still_comes_due_on_time(
+    redis_store: RedisStore, clock: ManualClock
+) -> None:
+    """A notifier's lease records the project's next due time after its script ran; a retry finished in
+    between (another task of the same notifier) must not be hidden until the lease ends."""
+    await subscribe(redis_store, Q, HOOK)
+    await post(redis_store, Q, "a", "b")
+    outbox = redis_store._outbox
+    a, _ = sorted(
+        await redis_store.lease_deliveries("n", lease_ms=30_000, limit=10),
+        key=lambda d: str(d.message.body if d.message else None),
+    )
+    now = clock.now_ms()
+    keys = ProjectKeys.of(redis_store._namespace, Q.project)
+    (reply,) = await outbox._scripts.lease_deliveries([keys], now=now, lease_ms=30_000, limit=10)
+    await redis_store.finish_delivery(a, retry_at_ms=now + 1000)
+    await outbox.record({Q.project: reply.next_due_ms})  # the lease's record, after the retry
+    clock.advance(2)
+    assert [d.id for d in await redis_store.lease_deliveries("n", lease_ms=30_000, limit=10)] == [a.id]
+
+
+async def test_a_post_hash_written_before_its_count_field_is_still_delivered(
+    redis_store: RedisStore, redis_url: str
+) -> None:
+    await subscribe(redis_store, Q, HOOK)
+    await post(redis_store, Q, "a", "b", "c")
+    admin = aioredis.Redis.from_url(redis_url)
+    keys = ProjectKeys.of(redis_store._namespace, Q.project)
+    [hash_id] = await admin.zrange(keys.outbox, 0, -1)
+    await admin.hdel(keys.delivery(hash_id.decode()), "_n")  # as the first packed hashes were written
+    await admin.aclose()
+    got = await redis_store.lease_deliveries("n", lease_ms=30_000, limit=2)
+    assert sorted(d.message.body for d in got if d.message) == ["a", "b"]
+    await redis_store.finish_deliveries(got)
+    [last] = await redis_store.lease_deliveries("n", lease_ms=30_000, limit=10)
+    await redis_store.finish_delivery(last, retry_at_ms=None)
+    assert await redis_store.outbox_stats() == (0, None)

@@ -28,9 +28,7 @@ if #ARGV <= 3 then  -- a delivery of one message, or none
   end
   return first_due()
 end
-local all = redis.call('HGETALL', dk)
-local d = {}
-for i = 1, #all, 2 do d[all[i]] = all[i + 1] end
+local d = pack_state(dk)  -- not its packed messages: a retry of one must not copy them all
 local done = 0
 for i = 4, #ARGV do
   local x = ARGV[i]

@@ -41,9 +41,9 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
     live = f.q == d._q and tonumber(f.e or 0) > now and (d._k ~= 'notification' or f.c == '1')
     if live then
       local leased = {}
-      if d._n then
+      if d._p then
         local ends = {}
-        for i = 1, tonumber(d._n) do
+        for i = 1, pack_size(d) do
           if taken >= limit then break end
           if not d['_x' .. i] and tonumber(d['_d' .. i] or d._cr) <= now then
             table.insert(leased, i)
@@ -58,7 +58,7 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
         redis.call('ZADD', outbox, now + lease, did)
         taken = taken + 1
       end
-      if not d._n or #leased > 0 then
+      if not d._p or #leased > 0 then
         table.insert(out, {did, all, s[3] and {} or s[2], leased})
         s[3] = true
       end

@@ -187,9 +187,28 @@ end
 -- is set, and due at `_d<i>` (unset: at `_cr`; a lease sets it to the lease's end, a retry to its time);
 -- `_a<i>` counts its failed attempts. The hash's outbox score is the earliest due time of the messages it
 -- still owes (nil when it owes none).
+-- How many messages a post's hash holds (`_n`; counted in `_p` for a hash written before `_n` existed).
+local function pack_size(d)
+  return tonumber(d._n) or (select(2, string.gsub(d._p, '\31', '')) + 1) / 4
+end
+
+-- A post's hash's state, without its packed messages: `_n`, `_l`, `_cr`, and `_x<i>`, `_d<i>` of each.
+local function pack_state(dk)
+  local head = redis.call('HMGET', dk, '_n', '_l', '_cr')
+  local n = tonumber(head[1]) or pack_size({_p = redis.call('HGET', dk, '_p')})
+  local d = {_n = n, _l = head[2], _cr = head[3]}
+  local names = {}
+  for i = 1, n do table.insert(names, '_x' .. i); table.insert(names, '_d' .. i) end
+  local values = redis.call('HMGET', dk, unpack(names))
+  for i = 1, #names do
+    if values[i] then d[names[i]] = values[i] end
+  end
+  return d
+end
+
 local function pack_next_due(d)
   local first
-  for i = 1, tonumber(d._n) do
+  for i = 1, pack_size(d) do
     if not d['_x' .. i] then
       local at = tonumber(d['_d' .. i] or d._cr)
       if first == nil or at < first then first = at end
