@@ -8,13 +8,9 @@
 -- is due again at the earliest time of the messages it still owes, and deleted when it owes none. A message
 -- finished twice (a lease that ran out) is finished once.
 local outbox, dk, owed, did, retry_at = KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]
-local function first_due()
-  local first = redis.call('ZRANGE', outbox, 0, 0, 'WITHSCORES')
-  return #first == 2 and first[2] or -1
-end
 if redis.call('EXISTS', dk) == 0 then
   redis.call('ZREM', outbox, did)
-  return first_due()
+  return outbox_first_due(outbox)
 end
 if #ARGV <= 3 then  -- a delivery of one message, or none
   if retry_at == '' then
@@ -26,7 +22,7 @@ if #ARGV <= 3 then  -- a delivery of one message, or none
     redis.call('ZADD', outbox, tonumber(retry_at), did)
     redis.call('HINCRBY', dk, '_a', tonumber(ARGV[3]))
   end
-  return first_due()
+  return outbox_first_due(outbox)
 end
 local d = pack_state(dk)  -- not its packed messages: a retry of one must not copy them all
 local done = 0
@@ -56,4 +52,4 @@ if left <= 0 then
 else
   redis.call('ZADD', outbox, pack_next_due(d), did)
 end
-return first_due()
+return outbox_first_due(outbox)

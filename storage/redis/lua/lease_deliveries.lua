@@ -45,7 +45,8 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
         local ends = {}
         for i = 1, pack_size(d) do
           if taken >= limit then break end
-          if not d['_x' .. i] and tonumber(d['_d' .. i] or d._cr) <= now then
+          local at = pack_due_at(d, i)
+          if at and at <= now then
             table.insert(leased, i)
             table.insert(ends, '_d' .. i); table.insert(ends, now + lease)
             d['_d' .. i] = now + lease
@@ -73,6 +74,5 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', outbox, '-inf', now, 'LIMIT', 0
   end
 end
 if dropped then forget_owed_if_empty(outbox, owed) end
-local first = redis.call('ZRANGE', outbox, 0, 0, 'WITHSCORES')
-if #first == 2 then out[1] = first[2] end
+out[1] = outbox_first_due(outbox)
 return out

@@ -183,10 +183,6 @@ local function notify_post(prefix, K, subs, owed, now)
   OUTBOX.owed = 1
 end
 
--- A post's delivery hash (notify_post), its fields as a table `d`: message i (1.._n) is owed until `_x<i>`
--- is set, and due at `_d<i>` (unset: at `_cr`; a lease sets it to the lease's end, a retry to its time);
--- `_a<i>` counts its failed attempts. The hash's outbox score is the earliest due time of the messages it
--- still owes (nil when it owes none).
 -- How many messages a post's hash holds (`_n`; counted in `_p` for a hash written before `_n` existed).
 local function pack_size(d)
   return tonumber(d._n) or (select(2, string.gsub(d._p, '\31', '')) + 1) / 4
@@ -206,15 +202,28 @@ local function pack_state(dk)
   return d
 end
 
+-- A post's delivery hash (notify_post), its fields as a table `d`: message i (1..pack_size) is owed until
+-- `_x<i>` is set, and due at `_d<i>` (unset: at `_cr`; a lease sets it to the lease's end, a retry to its
+-- time); `_a<i>` counts its failed attempts. pack_due_at: when message i is due, nil once finished.
+local function pack_due_at(d, i)
+  if d['_x' .. i] then return nil end
+  return tonumber(d['_d' .. i] or d._cr)
+end
+
+-- The hash's outbox score: the earliest due time of the messages it still owes (nil when it owes none).
 local function pack_next_due(d)
   local first
   for i = 1, pack_size(d) do
-    if not d['_x' .. i] then
-      local at = tonumber(d['_d' .. i] or d._cr)
-      if first == nil or at < first then first = at end
-    end
+    local at = pack_due_at(d, i)
+    if at and (first == nil or at < first) then first = at end
   end
   return first
+end
+
+-- The outbox's earliest due time, or -1 when it is empty (what the notifier scripts return).
+local function outbox_first_due(outbox)
+  local first = redis.call('ZRANGE', outbox, 0, 0, 'WITHSCORES')
+  return #first == 2 and first[2] or -1
 end
 
 -- After a script deleted deliveries: an empty outbox owes nothing, so its count starts again from 0 (a count
