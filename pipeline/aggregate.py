@@ -13,7 +13,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-TABLES = ("by_source", "rate", "claim_counts", "time_to_death", "signatures", "repeat_offenders", "quality")
+TABLES = (
+    "by_source", "rate", "claim_counts", "time_to_death", "signatures", "signature_fields", "rejections",
+    "repeat_offenders", "quality",
+)  # fmt: skip
 
 
 @dataclass
@@ -60,6 +63,8 @@ def analyse(
             "claim_counts": analysis.claim_counts(enriched),
             "time_to_death": analysis.time_to_death(enriched),
             "signatures": analysis.signatures(enriched),
+            "signature_fields": analysis.signature_fields(enriched),
+            "rejections": analysis.rejections(enriched),
             "repeat_offenders": analysis.repeat_offenders(enriched),
             "quality": analysis.quality(enriched),
         }

@@ -7,8 +7,12 @@ enrich() parses each body once (try_parse_json, to a VARIANT) and adds what the 
   shape       the body's shape: its schema as Spark's schema_of_variant writes it (keys sorted, nested
               objects and arrays' merged element types included), with every number type as NUMBER, e.g.
               OBJECT<error: STRING, items: ARRAY<OBJECT<qty: NUMBER, sku: STRING>>, order_id: NUMBER>
-  error       the failure text the body carries (first of ERROR_FIELDS, then the consumer's rejection
-              description or reason), normalised by MASKS so that it does not vary with ids and numbers
+  error       the failure text: the first of ERROR_FIELDS a JSON object body has (an object there: its first
+              MESSAGE_FIELDS, else its JSON), else the consumer's rejection description, else its rejection
+              reason; normalised by MASKS so that it does not vary with ids, values and times
+  signature   the first SIGNATURE_CHARS hex digits of the SHA-256 of `error` ("" when there is none): a
+              failure signature is a project's messages with one error text, whatever their body's shape
+  fields      the body's top-level field names (sorted, the first MAX_FIELDS), for the field detail
   body_hash   the first 16 hex digits of the SHA-256 of the body's canonical JSON (keys sorted)
 The aggregates then group the enriched rows; purepython.py computes the same numbers the same way.
 """
@@ -23,20 +27,39 @@ from pyspark.sql import functions as F
 # would be changed.)
 NUMBER_TYPES = r"(^|: |ARRAY<)(?:BIGINT|INT|SMALLINT|TINYINT|DOUBLE|FLOAT|DECIMAL\([0-9]+,[0-9]+\))(?=[,>]|$)"
 ERROR_FIELDS = ("error", "exception", "reason")
+# An error field that holds an object: its text is the first of these (else the object's JSON).
+MESSAGE_FIELDS = ("message", "msg", "detail", "description", "error")
 MAX_ERROR_CHARS = 200
 PREVIEW_CHARS = 160
-EXAMPLES = 3  # example message ids per group: the earliest dead-lettered ones
+EXAMPLE_CHARS = 1000  # of an example body in the signatures table
+EXAMPLES = 3  # example messages per group: the earliest dead-lettered ones
+MAX_FIELDS = 64  # a body's top-level fields looked at for a signature's field detail (sorted, the first)
+OPTIONAL_BELOW = 1.0  # a field in fewer of a signature's bodies than this share is optional there
+DISTINGUISHES = 0.5  # a field whose share in a signature differs by this much from the rest of its project
 
-# Normalising failure text, in this order. ASCII classes only, so that Java's regex (Spark) and Python's
-# `re` (purepython.py) match the same text.
+# Normalising failure text so that one cause reads the same whatever ids, values and times it names: each
+# pattern in this order, every masked value written <*>. ASCII classes only, so that Java's regex (Spark) and
+# Python's `re` (purepython.py) match the same text. A token is a run of letters, digits, '_' and '-'.
 MASKS = (
-    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<id>"),
-    (r"0[xX][0-9a-fA-F]+", "<hex>"),
-    # a token of 8 or more hex digits with at least one letter and one digit
-    (r"(?<![0-9A-Za-z])(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{8,}(?![0-9A-Za-z])", "<hex>"),
-    (r"[0-9]+(?:[.][0-9]+)?", "<n>"),
+    # ISO 8601 / RFC 3339 dates and times, with or without a time, fraction and zone
+    (
+        r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]+)?)?"
+        r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?)?",
+        "<*>",
+    ),
+    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<*>"),  # UUID
+    (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:[.][A-Za-z0-9-]+)+", "<*>"),  # e-mail address
+    # a quoted value, but not a quoted lower-case identifier ('amount', "order_id": a field's name)
+    (r"(?<![0-9A-Za-z])'(?![a-z][a-z_]*')[^'\r\n]*'(?![0-9A-Za-z])", "'<*>'"),
+    (r'(?<![0-9A-Za-z])"(?![a-z][a-z_]*")[^"\r\n]*"(?![0-9A-Za-z])', '"<*>"'),
+    # an id with a type prefix (cus_, pi_, ...) and a digit or capital in what follows
+    (r"(?<![0-9A-Za-z_-])[A-Za-z]{1,12}_(?=[0-9A-Za-z]*[0-9A-Z])[0-9A-Za-z]{8,}(?![0-9A-Za-z_-])", "<*>"),
+    # any token with a digit in it (numbers, hex, ids mixing letters and digits) or of 12+ hex digits
+    (r"(?<![0-9A-Za-z_-])(?:[0-9A-Za-z_-]*[0-9][0-9A-Za-z_-]*|[0-9a-fA-F]{12,})(?![0-9A-Za-z_-])", "<*>"),
+    (r"<[*]>(?:[.,:]<[*]>)+", "<*>"),  # 5.2.2, 10:42:07, 1,000
     (r"[ \t\r\n]+", " "),
 )
+SIGNATURE_CHARS = 16  # hex digits of the SHA-256 of the error text that name a signature
 
 # Time to death, bucketed: (upper bound in seconds, exclusive; label); the last bucket has no bound.
 TTD_BUCKETS = ((1, "<1s"), (10, "1-10s"), (60, "10s-1m"), (600, "1-10m"), (3600, "10m-1h"), (86400, "1h-1d"))
@@ -50,6 +73,11 @@ BY_SOURCE = (
     "claim_count_max", "ttd_p50_s", "ttd_p90_s", "ttd_max_s", "redriven", "bad_bodies",
 )  # fmt: skip
 
+SIGNATURES = (
+    "project", "signature", "error", "messages", "first_ms", "last_ms", "source_queues", "reasons",
+    "rejection_reasons", "bad_bodies", "shapes", "shape", "examples",
+)  # fmt: skip
+
 # How each table is ordered, applied by the driver to the collected table (a Spark orderBy would cost a
 # sampling job and a shuffle per table); nulls first.
 ORDER: dict[str, list[tuple[str, str]]] = {
@@ -60,7 +88,12 @@ ORDER: dict[str, list[tuple[str, str]]] = {
     "rate": [(c, "ascending") for c in ("bucket_ms", *GROUP)],
     "claim_counts": [(c, "ascending") for c in (*GROUP, "claim_count")],
     "time_to_death": [(c, "ascending") for c in (*GROUP, "bucket_order")],
-    "signatures": [("messages", "descending"), *((c, "ascending") for c in ("project", "shape", "error"))],
+    "signatures": [("messages", "descending"), *((c, "ascending") for c in ("project", "signature"))],
+    "signature_fields": [(c, "ascending") for c in ("project", "signature", "field")],
+    "rejections": [
+        ("messages", "descending"),
+        *((c, "ascending") for c in ("project", "source_queue", "rejection_reason")),
+    ],
     "repeat_offenders": [
         ("messages", "descending"),
         *((c, "ascending") for c in ("project", "first_ms", "body_hash")),
@@ -99,6 +132,7 @@ def enrich(records: DataFrame) -> DataFrame:
         .withColumn("schema", F.schema_of_variant("v"))
         .withColumn("bucket", bucket)
         .withColumn("canonical", F.when(ok, F.to_json("v")))
+        .withColumn("error", error_text(F.when(ok, F.col("v"))))
         .select(
             "project",
             "queue",
@@ -111,9 +145,14 @@ def enrich(records: DataFrame) -> DataFrame:
             ((F.col("dead_lettered_at_ms") - F.col("first_enqueued_at_ms")) / 1000.0).alias("ttd_s"),
             F.coalesce("redrive_count", F.lit(0)).alias("redrive_count"),
             F.when(ok, numbers_as_number(schema)).alias("shape"),
-            F.when(ok, error_text(F.col("v"))).alias("error"),
+            "error",
+            signature_of(F.col("error")).alias("signature"),
+            "rejection_reason",
+            F.when(
+                ok, F.slice(F.array_sort(F.array_distinct(F.json_object_keys("body"))), 1, MAX_FIELDS)
+            ).alias("fields"),
             F.substring(F.sha2("canonical", 256), 1, 16).alias("body_hash"),
-            F.substring("canonical", 1, PREVIEW_CHARS).alias("preview"),
+            F.substring("canonical", 1, EXAMPLE_CHARS).alias("example"),
         )
     )
 
@@ -136,8 +175,20 @@ def normalise(text: Column) -> Column:
 
 
 def error_text(v: Column) -> Column:
-    found = [F.try_variant_get(v, f"$.{name}", "string") for name in ERROR_FIELDS]
+    """`v`: the body (a VARIANT), null when it is not a JSON object. An error field holding a string is taken
+    as it is; one holding an object, by its first MESSAGE_FIELDS (a path into a string is null)."""
+    found = [
+        F.coalesce(
+            *(F.try_variant_get(v, f"$.{name}.{inner}", "string") for inner in MESSAGE_FIELDS),
+            F.try_variant_get(v, f"$.{name}", "string"),
+        )
+        for name in ERROR_FIELDS
+    ]
     return normalise(F.coalesce(*found, F.col("rejection_description"), F.col("rejection_reason")))
+
+
+def signature_of(error: Column) -> Column:
+    return F.substring(F.sha2(F.coalesce(error, F.lit("")), 256), 1, SIGNATURE_CHARS)
 
 
 def _ids(order: Column) -> Column:
@@ -207,16 +258,94 @@ def time_to_death(enriched: DataFrame) -> DataFrame:
 
 
 def signatures(enriched: DataFrame) -> DataFrame:
-    """Failure signatures: messages grouped by body shape and normalised error text."""
-    return (
-        enriched.where(F.col("bucket") == "ok")
-        .groupBy("project", "shape", "error")
+    """Failure signatures: a project's messages with one error text (its signature), whatever their body,
+    with the body shapes under it (how many, and the commonest), the source queues, reasons and the
+    consumers' rejection reasons, and the earliest dead-lettered examples (DLQ, id, body)."""
+    scoped = enriched.where(F.col("bucket") != "no_provenance")
+    shapes = (
+        scoped.where(F.col("shape").isNotNull())
+        .groupBy("project", "signature", "shape")
+        .agg(F.count("*").alias("n"))
+        .groupBy("project", "signature")
         .agg(
+            F.count("*").alias("shapes"),
+            F.max_by("shape", F.struct("n", F.col("shape"))).alias("shape"),
+        )
+    )
+    return (
+        scoped.groupBy("project", "signature")
+        .agg(
+            F.first("error").alias("error"),
             F.count("*").alias("messages"),
             F.min("at_ms").alias("first_ms"),
             F.max("at_ms").alias("last_ms"),
             F.array_sort(F.collect_set("source_queue")).alias("source_queues"),
             F.array_sort(F.collect_set("reason")).alias("reasons"),
+            F.array_sort(F.collect_set("rejection_reason")).alias("rejection_reasons"),
+            F.count_if(F.col("bucket") != "ok").alias("bad_bodies"),
+            F.min_by(
+                F.struct(F.col("queue").alias("dlq"), "id", "example"), F.struct("at_ms", "id"), EXAMPLES
+            ).alias("examples"),
+        )
+        .join(shapes, ["project", "signature"], "left")
+        .withColumn("shapes", F.coalesce("shapes", F.lit(0)))
+        .select(*SIGNATURES)
+    )
+
+
+def signature_fields(enriched: DataFrame) -> DataFrame:
+    """What the bodies of a signature have in common and what sets them apart (JSON object bodies, top-level
+    fields): a row per field that is optional in the signature (in some of its bodies, not all) or whose
+    share there differs by DISTINGUISHES or more from its share in the rest of the project's bodies (a
+    field every failing body lacks shows with share 0). `elsewhere` is null when the project has no other
+    bodies."""
+    ok = enriched.where(F.col("bucket") == "ok").select("project", "signature", "fields")
+    sig_total = ok.groupBy("project", "signature").agg(F.count("*").alias("total"))
+    project_total = ok.groupBy("project").agg(F.count("*").alias("project_total"))
+    present = (
+        ok.select("project", "signature", F.explode("fields").alias("field"))
+        .groupBy("project", "signature", "field")
+        .agg(F.count("*").alias("messages"))
+    )
+    in_project = present.groupBy("project", "field").agg(F.sum("messages").alias("project_messages"))
+    # a field common in the project may be missing from every body of a signature: pair each signature
+    # with the fields in at least DISTINGUISHES of its project's bodies
+    common = in_project.join(project_total, "project").where(
+        F.col("project_messages") >= F.col("project_total") * DISTINGUISHES
+    )
+    candidates = (
+        present.select("project", "signature", "field")
+        .unionByName(sig_total.join(common, "project").select("project", "signature", "field"))
+        .distinct()
+    )
+    rest = F.col("project_total") - F.col("total")
+    share = F.col("messages") / F.col("total")
+    elsewhere = F.when(rest > 0, (F.col("project_messages") - F.col("messages")) / rest)
+    return (
+        candidates.join(present, ["project", "signature", "field"], "left")
+        .join(in_project, ["project", "field"])
+        .join(sig_total, ["project", "signature"])
+        .join(project_total, "project")
+        .withColumn("messages", F.coalesce("messages", F.lit(0)))
+        .select(
+            "project", "signature", "field", "messages", share.alias("share"), elsewhere.alias("elsewhere")
+        )
+        .where(
+            ((F.col("share") > 0) & (F.col("share") < OPTIONAL_BELOW))
+            | (F.abs(F.col("share") - F.col("elsewhere")) >= DISTINGUISHES)
+        )
+    )
+
+
+def rejections(enriched: DataFrame) -> DataFrame:
+    """Messages their consumer rejected, per source queue and rejection reason (null: none given)."""
+    return (
+        enriched.where(F.col("reason") == "rejected")
+        .groupBy("project", "source_queue", "rejection_reason")
+        .agg(
+            F.count("*").alias("messages"),
+            F.min("at_ms").alias("first_ms"),
+            F.max("at_ms").alias("last_ms"),
             _ids(F.col("at_ms")).alias("example_ids"),
         )
     )
@@ -233,7 +362,7 @@ def repeat_offenders(enriched: DataFrame) -> DataFrame:
             F.max("at_ms").alias("last_ms"),
             F.array_sort(F.collect_set("source_queue")).alias("source_queues"),
             _ids(F.col("at_ms")).alias("example_ids"),
-            F.min_by("preview", F.struct("at_ms", "id")).alias("preview"),
+            F.substring(F.min_by("example", F.struct("at_ms", "id")), 1, PREVIEW_CHARS).alias("preview"),
         )
         .where(F.col("messages") > 1)
     )

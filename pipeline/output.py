@@ -39,7 +39,7 @@ def summary(insights: Insights, out: Path, *, top: int) -> str:
         lines += ["", f"  top failure signatures ({len(sigs):,} in all):"]
         for s in sigs[:top]:
             lines.append(
-                f"  {s['messages']:>9,}  {(s['error'] or '(no error text)')[:60]:<60}  {s['shape'][:50]}"
+                f"  {s['messages']:>9,}  {(s['error'] or '(no error text)')[:80]:<80}  {s['signature']}"
             )
     offenders = insights.rows("repeat_offenders")
     if offenders:

@@ -11,16 +11,22 @@ import hashlib
 import json
 import math
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pipeline.analysis import (
+    DISTINGUISHES,
     ERROR_FIELDS,
+    EXAMPLE_CHARS,
     EXAMPLES,
     MASKS,
     MAX_ERROR_CHARS,
+    MAX_FIELDS,
+    MESSAGE_FIELDS,
+    OPTIONAL_BELOW,
     PREVIEW_CHARS,
+    SIGNATURE_CHARS,
     TTD_BUCKETS,
     TTD_LAST,
     rate_width_s,
@@ -99,12 +105,26 @@ def normalise(text: str | None) -> str | None:
     return text.strip(" ")[:MAX_ERROR_CHARS] or None
 
 
-def error_text(body: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else canonical(value)
+
+
+def error_text(body: Mapping[str, Any] | None, record: Mapping[str, Any]) -> str | None:
+    """`body`: the parsed body when it is a JSON object, else None."""
     for name in ERROR_FIELDS:
-        value = body.get(name)
-        if value is not None:
-            return normalise(value if isinstance(value, str) else canonical(value))
-    return normalise(record.get("rejection_description") or record.get("rejection_reason"))
+        value = (body or {}).get(name)
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            inner = next((value[k] for k in MESSAGE_FIELDS if value.get(k) is not None), None)
+            return normalise(_text(value if inner is None else inner))
+        return normalise(_text(value))
+    given = record.get("rejection_description")
+    return normalise(given if given is not None else record.get("rejection_reason"))
+
+
+def signature(error: str | None) -> str:
+    return hashlib.sha256((error or "").encode()).hexdigest()[:SIGNATURE_CHARS]
 
 
 def bucket(record: Mapping[str, Any]) -> tuple[str, Any]:
@@ -150,7 +170,7 @@ def _earliest(items: list[tuple[Any, str]]) -> list[str]:
 def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
     """Every table of analysis.py, as lists of dicts in the same order and with the same columns."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
-    sigs: dict[tuple[Any, ...], list[tuple[Mapping[str, Any], Any]]] = defaultdict(list)
+    sigs: dict[tuple[str, str], list[Row]] = defaultdict(list)
     bodies: dict[tuple[str, str], list[tuple[Mapping[str, Any], str]]] = defaultdict(list)
     buckets: dict[tuple[str, str, str], list[str]] = defaultdict(list)
     for r in records:
@@ -160,14 +180,23 @@ def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
             continue
         row = {**r, "bucket": name, "ttd_s": (r["dead_lettered_at_ms"] - r["first_enqueued_at_ms"]) / 1000.0}
         groups[(r["project"], r["queue"], r["source_queue"], r["reason"])].append(row)
-        if name == "ok":
-            sigs[(r["project"], shape(body), error_text(body, r))].append((row, body))
-            text = canonical(body)
+        error = error_text(body, r)
+        text = canonical(body) if name == "ok" else None
+        row |= {
+            "error": error,
+            "shape": shape(body) if name == "ok" else None,
+            "fields": sorted(body)[:MAX_FIELDS] if name == "ok" else None,
+            "example": None if text is None else text[:EXAMPLE_CHARS],
+        }
+        sigs[(r["project"], signature(error))].append(row)
+        if text is not None:
             bodies[(r["project"], text)].append((row, text))
     return {
         "by_source": _by_source(groups),
         **_distributions(groups),
         "signatures": _signatures(sigs),
+        "signature_fields": _signature_fields(sigs),
+        "rejections": _rejections(groups),
         "repeat_offenders": _offenders(bodies),
         "quality": [
             {
@@ -182,7 +211,7 @@ def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
     }
 
 
-def _span(rows: list[Mapping[str, Any]]) -> Row:
+def _span(rows: Sequence[Mapping[str, Any]]) -> Row:
     """How many, and the first and last time one was dead-lettered."""
     times = [r["dead_lettered_at_ms"] for r in rows]
     return {"messages": len(rows), "first_ms": min(times), "last_ms": max(times)}
@@ -243,24 +272,92 @@ def _distributions(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) ->
     }
 
 
-def _signatures(sigs: Mapping[tuple[Any, ...], list[tuple[Mapping[str, Any], Any]]]) -> list[Row]:
+def _signatures(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
     out = []
-    for (project, body_shape, error), members in sigs.items():
-        rows = [r for r, _ in members]
+    for (project, sig), rows in sigs.items():
+        shapes = Counter(r["shape"] for r in rows if r["shape"] is not None)
+        examples = sorted(rows, key=lambda r: (r["dead_lettered_at_ms"], r["id"]))[:EXAMPLES]
         out.append(
             {
                 "project": project,
-                "shape": body_shape,
-                "error": error,
+                "signature": sig,
+                "error": rows[0]["error"],
                 **_span(rows),
                 "source_queues": sorted({r["source_queue"] for r in rows}),
                 "reasons": sorted({r["reason"] for r in rows}),
-                "example_ids": _earliest([(r["dead_lettered_at_ms"], r["id"]) for r in rows]),
+                "rejection_reasons": sorted(
+                    {r["rejection_reason"] for r in rows if r["rejection_reason"] is not None}
+                ),
+                "bad_bodies": sum(1 for r in rows if r["bucket"] != "ok"),
+                "shapes": len(shapes),
+                "shape": max(shapes.items(), key=lambda kv: (kv[1], kv[0]))[0] if shapes else None,
+                "examples": [{"dlq": r["queue"], "id": r["id"], "example": r["example"]} for r in examples],
             }
         )
+    return sorted(out, key=lambda r: (-r["messages"], r["project"], r["signature"]))
+
+
+def _signature_fields(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
+    present: dict[tuple[str, str], Counter[str]] = {}
+    totals: dict[tuple[str, str], int] = {}
+    in_project: dict[str, Counter[str]] = defaultdict(Counter)
+    project_total: Counter[str] = Counter()
+    for key, rows in sigs.items():
+        ok = [r for r in rows if r["bucket"] == "ok"]
+        if not ok:
+            continue
+        present[key] = Counter(f for r in ok for f in r["fields"])
+        totals[key] = len(ok)
+        in_project[key[0]].update(present[key])
+        project_total[key[0]] += len(ok)
+    out = []
+    for (project, sig), counts in present.items():
+        total, rest = totals[(project, sig)], project_total[project] - totals[(project, sig)]
+        common = {f for f, n in in_project[project].items() if n >= project_total[project] * DISTINGUISHES}
+        for field in sorted(set(counts) | common):
+            n = counts.get(field, 0)
+            share = n / total
+            elsewhere = (in_project[project][field] - n) / rest if rest > 0 else None
+            optional = 0 < share < OPTIONAL_BELOW
+            if optional or (elsewhere is not None and abs(share - elsewhere) >= DISTINGUISHES):
+                out.append(
+                    {
+                        "project": project,
+                        "signature": sig,
+                        "field": field,
+                        "messages": n,
+                        "share": share,
+                        "elsewhere": elsewhere,
+                    }
+                )
+    return sorted(out, key=lambda r: (r["project"], r["signature"], r["field"]))
+
+
+def _rejections(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> list[Row]:
+    by: dict[tuple[str, str, str | None], list[Mapping[str, Any]]] = defaultdict(list)
+    for rows in groups.values():
+        for r in rows:
+            if r["reason"] == "rejected":
+                by[(r["project"], r["source_queue"], r["rejection_reason"])].append(r)
+    out = [
+        {
+            "project": project,
+            "source_queue": source,
+            "rejection_reason": code,
+            **_span(rows),
+            "example_ids": _earliest([(r["dead_lettered_at_ms"], r["id"]) for r in rows]),
+        }
+        for (project, source, code), rows in by.items()
+    ]
     return sorted(
         out,
-        key=lambda r: (-r["messages"], r["project"], r["shape"], r["error"] is not None, r["error"] or ""),
+        key=lambda r: (
+            -r["messages"],
+            r["project"],
+            r["source_queue"],
+            r["rejection_reason"] is not None,
+            r["rejection_reason"] or "",
+        ),
     )
 
 

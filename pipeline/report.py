@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import UTC, datetime
 from html import escape
@@ -26,6 +27,8 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace;background:#f3f6f9;padding:
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:12px}
 .card{border:1px solid #e3e8ee;border-radius:8px;padding:10px}.card h3{font-size:13px;margin:0 0 6px}
 .legend span{display:inline-block;margin-right:12px;font-size:12px}.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
+.sig{border:1px solid #e3e8ee;border-radius:8px;padding:10px;margin:0 0 10px}.sig h3{font-size:14px;margin:0 0 4px}
+pre{font:12px ui-monospace,Menlo,Consolas,monospace;background:#f3f6f9;padding:6px;border-radius:4px;white-space:pre-wrap;word-break:break-all;margin:4px 0}
 .bar{background:#3b6fb6;height:8px;border-radius:2px;display:inline-block}
 """
 
@@ -71,9 +74,12 @@ def html(insights: Insights, *, top: int) -> str:
         _rate_chart(insights.rows("rate"), insights.rate_width_s),
         "<h2>Claim counts and time to death</h2>",
         _distribution_cards(by_source, insights.rows("claim_counts"), insights.rows("time_to_death")),
-        f"<h2>Failure signatures</h2><div class=muted>messages grouped by body shape and normalised error text "
+        f"<h2>Failure signatures</h2><div class=muted>messages grouped by their error text with ids, values "
+        f"and times masked; under each, its body shapes and the fields that set its bodies apart "
         f"(top {min(top, len(sigs))} of {len(sigs):,})</div>",
-        _signature_table(sigs[:top]),
+        _signature_cards(sigs[:top], insights.rows("signature_fields")),
+        "<h2>Rejections</h2><div class=muted>messages their consumer rejected, by the reason it gave</div>",
+        _rejection_table(insights.rows("rejections")),
         f"<h2>Repeat offenders</h2><div class=muted>identical bodies dead-lettered more than once "
         f"(top {min(top, len(offenders))} of {len(offenders):,})</div>",
         _offender_table(offenders[:top]),
@@ -244,23 +250,96 @@ def _ids(ids: list[str]) -> str:
     return " ".join(f"<code>{escape(i)}</code>" for i in ids)
 
 
-def _signature_table(rows: list[dict[str, Any]]) -> str:
+EXAMPLE_LINES = 14
+
+
+def _pretty(example: str | None) -> str:
+    """An example body, indented when it is whole JSON, cut to EXAMPLE_LINES lines."""
+    if example is None:
+        return "(not a JSON object)"
+    try:
+        text = json.dumps(json.loads(example), indent=2, ensure_ascii=False)
+    except ValueError:
+        text = example + " …"  # cut at analysis.EXAMPLE_CHARS
+    lines = text.splitlines()
+    return "\n".join(lines[:EXAMPLE_LINES] + (["…"] if len(lines) > EXAMPLE_LINES else []))
+
+
+def curl(project: str, dlq: str, message_id: str) -> str:
+    """The command that fetches one dead letter with its provenance."""
+    return (
+        f'curl -H "Client-ID: $CID" -H "X-Project-ID: {project}" '
+        f'"$BASE/v2/queues/{dlq}/messages/{message_id}?provenance=true"'
+    )
+
+
+def _field_notes(fields: list[dict[str, Any]]) -> str:
+    notes = []
+    for f in fields:
+        where = "" if f["elsewhere"] is None else f" (in {f['elsewhere']:.0%} of the project's other bodies)"
+        notes.append(f"<code>{escape(f['field'])}</code> in {f['share']:.0%}{where}")
+    return "; ".join(notes) or "<span class=muted>none</span>"
+
+
+def _signature_cards(rows: list[dict[str, Any]], fields: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p class=muted>none</p>"
+    by_sig: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for f in fields:
+        by_sig[(f["project"], f["signature"])].append(f)
+    cards = []
+    for r in rows:
+        error = (
+            f"<code>{escape(r['error'])}</code>" if r["error"] else "<span class=muted>no error text</span>"
+        )
+        first = r["examples"][0]
+        shape = (
+            f"{r['shapes']} body shape{'s' if r['shapes'] != 1 else ''}; the commonest "
+            f"<code>{escape(r['shape'])}</code>"
+            if r["shape"]
+            else "no JSON object bodies"
+        )
+        examples = "".join(
+            f"<div class=muted>{escape(e['dlq'])} <code>{escape(e['id'])}</code></div>"
+            f"<pre>{escape(_pretty(e['example']))}</pre>"
+            for e in r["examples"]
+        )
+        cards.append(
+            f"<div class=sig><h3>{r['messages']:,} &middot; {error}</h3>"
+            f"<div class=muted>signature <code>{r['signature']}</code> &middot; {escape(r['project'])} &middot; "
+            f"from {escape(', '.join(r['source_queues']))} &middot; {escape(', '.join(r['reasons']))}"
+            f" &middot; {ts(r['first_ms'])} to {ts(r['last_ms'])}</div>"
+            + (
+                f"<div>rejected as: {escape(', '.join(r['rejection_reasons']))}</div>"
+                if r["rejection_reasons"]
+                else ""
+            )
+            + f"<div>{shape}"
+            + (f"; {r['bad_bodies']:,} not JSON objects" if r["bad_bodies"] else "")
+            + f"</div><div>fields: {_field_notes(by_sig[(r['project'], r['signature'])])}</div>"
+            f"<details><summary>examples</summary>{examples}"
+            f"<pre>{escape(curl(r['project'], first['dlq'], first['id']))}</pre></details></div>"
+        )
+    return "".join(cards)
+
+
+def _rejection_table(rows: list[dict[str, Any]]) -> str:
     return _table(
-        ["messages", "error text", "body shape", "source queues", "reasons", "first", "last", "examples"],
+        ["source queue", "rejection reason", "messages", "first", "last", "examples"],
         [
             [
+                _name(r),
+                escape(r["rejection_reason"])
+                if r["rejection_reason"] is not None
+                else "<span class=muted>none given</span>",
                 f"{r['messages']:,}",
-                f"<code>{escape(r['error'])}</code>" if r["error"] else "<span class=muted>none</span>",
-                f"<code>{escape(r['shape'])}</code>",
-                escape(", ".join(r["source_queues"])),
-                escape(", ".join(r["reasons"])),
                 ts(r["first_ms"]),
                 ts(r["last_ms"]),
                 _ids(r["example_ids"]),
             ]
             for r in rows
         ],
-        {0},
+        {2},
     )
 
 

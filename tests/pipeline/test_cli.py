@@ -135,8 +135,13 @@ def test_bad_lines_in_an_export_are_counted(spark: SparkSession, tmp_path: Path)
     assert [(q["bucket"], q["messages"]) for q in junk] == [("no_provenance", 2)]
     (row,) = insights.rows("by_source")
     assert (row["messages"], row["bad_bodies"], row["ttd_max_s"]) == (3, 2, 300.25)
-    (sig,) = insights.rows("signatures")
-    assert (sig["shape"], sig["error"], sig["example_ids"]) == ("OBJECT<error: STRING>", "boom <n>", ["m1"])
+    other, sig = insights.rows("signatures")  # the huge and the string body have no error text
+    assert (sig["shape"], sig["error"], [e["id"] for e in sig["examples"]]) == (
+        "OBJECT<error: STRING>",
+        "boom <*>",
+        ["m1"],
+    )
+    assert (other["error"], other["messages"], other["bad_bodies"], other["shape"]) == (None, 2, 2, None)
 
 
 TRICKY = [
@@ -149,6 +154,11 @@ TRICKY = [
     "",
     "   ",
     "x" * 300,
+    "user \"Dana O'Neil\" can't log in; 'amount' and 'x y' and '' and \"order_id\" since 2026-11-24 10:00:00",
+    "at 2026-11-24T10:00:00.123+05:30 to dana.smith+tag@mail.example.co.uk"
+    " via cus_ABCDEFGHQ and cus_abcdefghij",
+    "GET https://a.example/v1/users/a81fZ?page=10 -> 5.2.2 on 10:42:07 of 1,000 SKU-12-ab_c <*>",
+    "'unclosed and \"unclosed",
 ]
 
 
