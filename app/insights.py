@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 
 from app.settings import Settings
 from core.errors import CharonError
-from pipeline import DEFAULT_MAX_BODY_BYTES, load
+from pipeline import DEFAULT_MAX_BODY_BYTES, load, trends
 from pipeline.errors import InsightsError, NothingToAnalyse
 
 EXIT_FAILED, EXIT_EMPTY = 1, 3
@@ -36,6 +37,21 @@ def _say(command: str, text: str) -> None:
 
 def _exit_code(e: InsightsError) -> int:
     return EXIT_EMPTY if isinstance(e, NothingToAnalyse) else EXIT_FAILED
+
+
+def bounded(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from `low` to `high`, else argparse's usage error naming the bounds."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high}")
+        return value
+
+    return parse
 
 
 def store_of(args: argparse.Namespace) -> load.DeadLetterStore | None:
@@ -78,12 +94,29 @@ def add_insights_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", default="insights", help="output directory (default: ./insights)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
-    p.add_argument("--partitions", type=int, help="read partitions (default: 4 per core Spark has)")
     p.add_argument(
-        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="longer bodies are counted as huge"
+        "--partitions", type=bounded(1, 100_000), help="read partitions (default: 4 per core Spark has)"
     )
-    p.add_argument("--top", type=int, default=15, help="signatures and repeat offenders in the report")
+    p.add_argument(
+        "--max-body-bytes",
+        type=bounded(1, 64 * 1024 * 1024),
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="longer bodies are counted as huge (at most 64 MiB)",
+    )
+    p.add_argument(
+        "--top",
+        type=bounded(1, 1000),
+        default=15,
+        help="signatures and repeat offenders in the report (1-1000)",
+    )
     p.add_argument("--keep-messages", action="store_true", help="also write every analysed message (Parquet)")
+    p.add_argument(
+        "--keep-runs",
+        type=bounded(1, trends.MAX_RUNS),
+        default=trends.KEEP_RUNS,
+        help=f"runs kept in <out>/runs for the next to compare with (default {trends.KEEP_RUNS}, "
+        f"at most {trends.MAX_RUNS})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -115,6 +148,10 @@ def run_insights(args: argparse.Namespace) -> int:
                 + (" ..." if len(extents) > 5 else "")
             )
         out.mkdir(parents=True, exist_ok=True)
+        scope = trends.scope(args.project, args.queues)
+        before = trends.previous(out, scope)
+        if before:
+            say(f"comparing with the previous run, {before.stamp} (its last death {before.last_ms} ms)")
         started = time.monotonic()
         with spark.jvm_output(out / "spark.log"):
             session = spark.session(args.master)
@@ -139,9 +176,10 @@ def run_insights(args: argparse.Namespace) -> int:
                 records,
                 step=progress.step,
                 keep=str(out / "messages") if args.keep_messages else None,
+                since_ms=before.last_ms if before else None,
             )
         insights.timings["session_s"] = round(session_s, 3)
-        output.write(insights, out, top=args.top)
+        output.write(insights, out, top=args.top, scope=scope, before=before, keep_runs=args.keep_runs)
     except InsightsError as e:
         _say("insights", str(e))
         return _exit_code(e)

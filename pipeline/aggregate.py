@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 TABLES = (
-    "by_source", "rate", "claim_counts", "time_to_death", "signatures", "signature_fields", "rejections",
+    "by_source", "rate", "claim_counts", "time_to_death", "signatures", "signature_fields",
+    "signature_rate", "rejections",
     "repeat_offenders", "quality",
 )  # fmt: skip
 
@@ -24,6 +25,9 @@ class Insights:
     tables: dict[str, pa.Table]
     rate_width_s: int
     total: int
+    first_ms: int  # the first and last death analysed
+    last_ms: int
+    recent_ms: int  # a signature's `recent` messages died after this (analysis.recent_from)
     timings: dict[str, float] = field(default_factory=dict)
 
     def rows(self, name: str) -> list[dict[str, Any]]:
@@ -37,9 +41,11 @@ def analyse(
     *,
     step: Callable[[str], None] = lambda _: None,
     keep: str | None = None,
+    since_ms: int | None = None,
 ) -> Insights:
     """The tables of TABLES, each sorted as analysis.ORDER says. `step` is told each step's name as it
-    starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors)."""
+    starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors);
+    `since_ms`: the previous run's last death, after which a signature's messages are `recent`."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -57,13 +63,15 @@ def analyse(
         if total == 0:
             raise NothingToAnalyse("the input holds no messages; nothing to analyse.")
         width = analysis.rate_width_s(first_ms or 0, last_ms or 0)
+        recent_ms = analysis.recent_from(last_ms or 0, since_ms)
         frames = {
             "by_source": analysis.by_source(enriched),
             "rate": analysis.rate(enriched, width),
             "claim_counts": analysis.claim_counts(enriched),
             "time_to_death": analysis.time_to_death(enriched),
-            "signatures": analysis.signatures(enriched),
+            "signatures": analysis.signatures(enriched, recent_ms),
             "signature_fields": analysis.signature_fields(enriched),
+            "signature_rate": analysis.signature_rate(enriched, width),
             "rejections": analysis.rejections(enriched),
             "repeat_offenders": analysis.repeat_offenders(enriched),
             "quality": analysis.quality(enriched),
@@ -81,5 +89,11 @@ def analyse(
         enriched.unpersist()
     step("")
     return Insights(
-        tables=tables, rate_width_s=width, total=total, timings={k: round(v, 3) for k, v in timings.items()}
+        tables=tables,
+        rate_width_s=width,
+        total=total,
+        first_ms=first_ms or 0,
+        last_ms=last_ms or 0,
+        recent_ms=recent_ms,
+        timings={k: round(v, 3) for k, v in timings.items()},
     )

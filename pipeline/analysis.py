@@ -60,6 +60,9 @@ MASKS = (
     (r"[ \t\r\n]+", " "),
 )
 SIGNATURE_CHARS = 16  # hex digits of the SHA-256 of the error text that name a signature
+# A signature's `recent` messages: dead-lettered after the previous run's last death, else in the RECENT_S
+# before the last death of this run's messages.
+RECENT_S = 3600
 
 # Time to death, bucketed: (upper bound in seconds, exclusive; label); the last bucket has no bound.
 TTD_BUCKETS = ((1, "<1s"), (10, "1-10s"), (60, "10s-1m"), (600, "1-10m"), (3600, "10m-1h"), (86400, "1h-1d"))
@@ -74,7 +77,7 @@ BY_SOURCE = (
 )  # fmt: skip
 
 SIGNATURES = (
-    "project", "signature", "error", "messages", "first_ms", "last_ms", "source_queues", "reasons",
+    "project", "signature", "error", "messages", "recent", "first_ms", "last_ms", "source_queues", "reasons",
     "rejection_reasons", "bad_bodies", "shapes", "shape", "examples",
 )  # fmt: skip
 
@@ -90,6 +93,7 @@ ORDER: dict[str, list[tuple[str, str]]] = {
     "time_to_death": [(c, "ascending") for c in (*GROUP, "bucket_order")],
     "signatures": [("messages", "descending"), *((c, "ascending") for c in ("project", "signature"))],
     "signature_fields": [(c, "ascending") for c in ("project", "signature", "field")],
+    "signature_rate": [(c, "ascending") for c in ("project", "signature", "bucket_ms")],
     "rejections": [
         ("messages", "descending"),
         *((c, "ascending") for c in ("project", "source_queue", "rejection_reason")),
@@ -100,6 +104,11 @@ ORDER: dict[str, list[tuple[str, str]]] = {
     ],
     "quality": [(c, "ascending") for c in ("project", "queue", "bucket")],
 }
+
+
+def recent_from(last_ms: int, since_ms: int | None) -> int:
+    """The time after which a dead letter is recent: `since_ms` (the previous run's last death) when given."""
+    return since_ms if since_ms is not None else last_ms - RECENT_S * 1000
 
 
 def rate_width_s(first_ms: int, last_ms: int) -> int:
@@ -230,6 +239,16 @@ def rate(enriched: DataFrame, width_s: int) -> DataFrame:
     )
 
 
+def signature_rate(enriched: DataFrame, width_s: int) -> DataFrame:
+    """Dead letters per time bucket (as in `rate`) per signature: its small chart."""
+    width_ms = width_s * 1000
+    return (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .groupBy("project", "signature", (F.floor(F.col("at_ms") / width_ms) * width_ms).alias("bucket_ms"))
+        .agg(F.count("*").alias("messages"))
+    )
+
+
 def claim_counts(enriched: DataFrame) -> DataFrame:
     return (
         enriched.where(F.col("bucket") != "no_provenance")
@@ -257,10 +276,11 @@ def time_to_death(enriched: DataFrame) -> DataFrame:
     )
 
 
-def signatures(enriched: DataFrame) -> DataFrame:
+def signatures(enriched: DataFrame, recent_ms: int) -> DataFrame:
     """Failure signatures: a project's messages with one error text (its signature), whatever their body,
     with the body shapes under it (how many, and the commonest), the source queues, reasons and the
-    consumers' rejection reasons, and the earliest dead-lettered examples (DLQ, id, body)."""
+    consumers' rejection reasons, the earliest dead-lettered examples (DLQ, id, body), and how many were
+    dead-lettered after `recent_ms` (recent_from)."""
     scoped = enriched.where(F.col("bucket") != "no_provenance")
     shapes = (
         scoped.where(F.col("shape").isNotNull())
@@ -277,6 +297,7 @@ def signatures(enriched: DataFrame) -> DataFrame:
         .agg(
             F.first("error").alias("error"),
             F.count("*").alias("messages"),
+            F.count_if(F.col("at_ms") > recent_ms).alias("recent"),
             F.min("at_ms").alias("first_ms"),
             F.max("at_ms").alias("last_ms"),
             F.array_sort(F.collect_set("source_queue")).alias("source_queues"),

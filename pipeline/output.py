@@ -3,23 +3,55 @@ the command prints."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from pipeline import trends
 from pipeline.aggregate import Insights
 from pipeline.report import duration
 
 
-def write(insights: Insights, out: Path, *, top: int) -> None:
-    """out/tables/<name>.parquet for every table, and out/report.html (`top` signatures and offenders)."""
+def write(
+    insights: Insights,
+    out: Path,
+    *,
+    top: int,
+    scope: Mapping[str, Any] | None = None,
+    before: trends.Run | None = None,
+    keep_runs: int = trends.KEEP_RUNS,
+) -> None:
+    """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
+    next run's comparison), and out/report.html (`top` signatures and offenders). The signatures table gets
+    each one's `status` against `before`, the previous run (trends.status)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from pipeline import report
 
+    sigs = insights.tables["signatures"]
+    if "status" in sigs.column_names:  # written before
+        sigs = sigs.drop_columns(["status"])
+    status = [trends.status(r, before, insights.last_ms) for r in sigs.to_pylist()]
+    insights.tables["signatures"] = sigs.append_column("status", pa.array(status, pa.string()))
+    now = datetime.now(tz=UTC)
+    run = trends.start(out, now.strftime("%Y%m%dT%H%M%S.%fZ"))
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     for name, table in insights.tables.items():
         pq.write_table(table, tables / f"{name}.parquet")
-    (out / "report.html").write_text(report.html(insights, top=top), encoding="utf-8")
+        pq.write_table(table, run / "tables" / f"{name}.parquet")
+    (out / "report.html").write_text(report.html(insights, top=top, before=before), encoding="utf-8")
+    meta = {
+        "at": now.isoformat(),
+        "scope": dict(scope or trends.scope(None, None)),
+        "first_ms": insights.first_ms,
+        "last_ms": insights.last_ms,
+        "messages": insights.total,
+        "compared_with": before.stamp if before else None,
+    }
+    trends.finish(run, meta, keep_runs)
 
 
 def summary(insights: Insights, out: Path, *, top: int) -> str:

@@ -30,6 +30,7 @@ from pipeline.analysis import (
     TTD_BUCKETS,
     TTD_LAST,
     rate_width_s,
+    recent_from,
 )
 
 Row = dict[str, Any]
@@ -167,8 +168,11 @@ def _earliest(items: list[tuple[Any, str]]) -> list[str]:
     return [i for _, i in sorted(items)[:EXAMPLES]]
 
 
-def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
+def analyse(records: Iterable[Mapping[str, Any]], since_ms: int | None = None) -> dict[str, list[Row]]:
     """Every table of analysis.py, as lists of dicts in the same order and with the same columns."""
+    records = list(records)
+    deaths = [r["dead_lettered_at_ms"] for r in records if r["dead_lettered_at_ms"] is not None]
+    recent_ms = recent_from(max(deaths, default=0), since_ms)
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
     sigs: dict[tuple[str, str], list[Row]] = defaultdict(list)
     bodies: dict[tuple[str, str], list[tuple[Mapping[str, Any], str]]] = defaultdict(list)
@@ -194,8 +198,9 @@ def analyse(records: Iterable[Mapping[str, Any]]) -> dict[str, list[Row]]:
     return {
         "by_source": _by_source(groups),
         **_distributions(groups),
-        "signatures": _signatures(sigs),
+        "signatures": _signatures(sigs, recent_ms),
         "signature_fields": _signature_fields(sigs),
+        "signature_rate": _signature_rate(sigs, groups),
         "rejections": _rejections(groups),
         "repeat_offenders": _offenders(bodies),
         "quality": [
@@ -243,10 +248,7 @@ def _by_source(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> lis
 
 def _distributions(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> dict[str, list[Row]]:
     rows = [r for members in groups.values() for r in members]
-    width_ms = (
-        rate_width_s(min(r["dead_lettered_at_ms"] for r in rows), max(r["dead_lettered_at_ms"] for r in rows))
-        * 1000
-    )
+    width_ms = _width_ms(groups)
     rate: dict[tuple[Any, ...], int] = defaultdict(int)
     claims: dict[tuple[Any, ...], int] = defaultdict(int)
     ttd: dict[tuple[Any, ...], int] = defaultdict(int)
@@ -272,7 +274,27 @@ def _distributions(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) ->
     }
 
 
-def _signatures(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
+def _width_ms(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> int:
+    times = [r["dead_lettered_at_ms"] for rows in groups.values() for r in rows]
+    return rate_width_s(min(times), max(times)) * 1000
+
+
+def _signature_rate(
+    sigs: Mapping[tuple[str, str], list[Row]], groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]
+) -> list[Row]:
+    width_ms = _width_ms(groups)
+    counts = Counter(
+        (project, sig, r["dead_lettered_at_ms"] // width_ms * width_ms)
+        for (project, sig), rows in sigs.items()
+        for r in rows
+    )
+    return [
+        {"project": p, "signature": s, "bucket_ms": b, "messages": n}
+        for (p, s, b), n in sorted(counts.items())
+    ]
+
+
+def _signatures(sigs: Mapping[tuple[str, str], list[Row]], recent_ms: int) -> list[Row]:
     out = []
     for (project, sig), rows in sigs.items():
         shapes = Counter(r["shape"] for r in rows if r["shape"] is not None)
@@ -283,6 +305,7 @@ def _signatures(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
                 "signature": sig,
                 "error": rows[0]["error"],
                 **_span(rows),
+                "recent": sum(1 for r in rows if r["dead_lettered_at_ms"] > recent_ms),
                 "source_queues": sorted({r["source_queue"] for r in rows}),
                 "reasons": sorted({r["reason"] for r in rows}),
                 "rejection_reasons": sorted(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from pipeline.analysis import TTD_BUCKETS, TTD_LAST
+from pipeline import trends
+from pipeline.analysis import RECENT_S, TTD_BUCKETS, TTD_LAST
 
 if TYPE_CHECKING:
     from pipeline.aggregate import Insights
@@ -30,6 +32,10 @@ code{font:12px ui-monospace,Menlo,Consolas,monospace;background:#f3f6f9;padding:
 .sig{border:1px solid #e3e8ee;border-radius:8px;padding:10px;margin:0 0 10px}.sig h3{font-size:14px;margin:0 0 4px}
 pre{font:12px ui-monospace,Menlo,Consolas,monospace;background:#f3f6f9;padding:6px;border-radius:4px;white-space:pre-wrap;word-break:break-all;margin:4px 0}
 .bar{background:#3b6fb6;height:8px;border-radius:2px;display:inline-block}
+.fix{border:2px solid #c8534f;border-radius:8px;padding:10px 14px;margin:14px 0}.fix h2{border:0;margin:0 0 6px;color:#c8534f}
+.st{font-size:11px;font-weight:600;border-radius:9px;padding:1px 7px;margin-left:6px;vertical-align:middle;background:#edf0f3;color:#455261}
+.st.new{background:#fbe3d4;color:#a1461a}.st.growing{background:#f7d7d6;color:#9c2f2b}.st.quiet{background:#e3f1e7;color:#2f6b41}
+.spark{display:block;margin:4px 0}
 """
 
 
@@ -46,9 +52,21 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
-def html(insights: Insights, *, top: int) -> str:
+def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> str:
     by_source = insights.rows("by_source")
     sigs = insights.rows("signatures")
+    fields: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for f in insights.rows("signature_fields"):
+        fields[(f["project"], f["signature"])].append(f)
+    rates: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+    for r in insights.rows("signature_rate"):
+        rates[(r["project"], r["signature"])][r["bucket_ms"]] = r["messages"]
+    chart = Sparks(rates, insights.first_ms, insights.last_ms, insights.rate_width_s * 1000)
+    window = (
+        f"since the previous run (its last death {ts(before.last_ms)} UTC)"
+        if before
+        else f"in the last {duration(RECENT_S)} before the last death"
+    )
     offenders = insights.rows("repeat_offenders")
     quality = insights.rows("quality")
     analysed = sum(r["messages"] for r in by_source)
@@ -68,16 +86,22 @@ def html(insights: Insights, *, top: int) -> str:
         _kpi(f"{len(offenders):,}", "repeat offenders"),
         _kpi(f"{insights.total - ok:,}", "not analysed by body"),
         "</div>",
+        _fix_first(trends.fix_first(sigs), fields, chart, window),
         "<h2>Per source queue and reason</h2>",
         _by_source_table(by_source, analysed),
         f"<h2>Dead-lettering rate</h2><div class=muted>messages per {duration(insights.rate_width_s)}</div>",
         _rate_chart(insights.rows("rate"), insights.rate_width_s),
         "<h2>Claim counts and time to death</h2>",
         _distribution_cards(by_source, insights.rows("claim_counts"), insights.rows("time_to_death")),
-        f"<h2>Failure signatures</h2><div class=muted>messages grouped by their error text with ids, values "
-        f"and times masked; under each, its body shapes and the fields that set its bodies apart "
-        f"(top {min(top, len(sigs))} of {len(sigs):,})</div>",
-        _signature_cards(sigs[:top], insights.rows("signature_fields")),
+        "<h2>Failure signatures</h2><div class=muted>messages grouped by their error text with ids, values "
+        "and times masked; under each, its body shapes and the fields that set its bodies apart; "
+        + (
+            f"new, growing, steady or quiet against the previous run ({escape(before.stamp)})"
+            if before
+            else "the first run in this output directory: nothing to compare with"
+        )
+        + f" (top {min(top, len(sigs))} of {len(sigs):,})</div>",
+        _signature_cards(sigs[:top], fields, chart, window),
         "<h2>Rejections</h2><div class=muted>messages their consumer rejected, by the reason it gave</div>",
         _rejection_table(insights.rows("rejections")),
         f"<h2>Repeat offenders</h2><div class=muted>identical bodies dead-lettered more than once "
@@ -281,12 +305,67 @@ def _field_notes(fields: list[dict[str, Any]]) -> str:
     return "; ".join(notes) or "<span class=muted>none</span>"
 
 
-def _signature_cards(rows: list[dict[str, Any]], fields: list[dict[str, Any]]) -> str:
+class Sparks:
+    """Each signature's dead letters per rate bucket over the run's whole span, as a small bar chart."""
+
+    def __init__(
+        self, rates: dict[tuple[str, str], dict[int, int]], first_ms: int, last_ms: int, width_ms: int
+    ):
+        self.rates, self.width_ms = rates, width_ms
+        self.start = first_ms // width_ms * width_ms
+        self.n = (last_ms - self.start) // width_ms + 1
+
+    def __call__(self, project: str, signature: str) -> str:
+        counts = self.rates.get((project, signature), {})
+        peak = max(counts.values(), default=0) or 1
+        w, h = 300, 34
+        bar = w / self.n
+        out = [f"<svg class=spark viewBox='0 0 {w} {h}' width={w} height={h} role=img aria-label='rate'>"]
+        for bucket, count in sorted(counts.items()):
+            i = (bucket - self.start) // self.width_ms
+            height = max(count / peak * (h - 2), 1)
+            out.append(
+                f"<rect x={i * bar:.1f} y={h - height:.1f} width={max(bar - 0.5, 0.5):.1f} height={height:.1f} fill='{PALETTE[3]}'><title>{ts(bucket)} {count:,}</title></rect>"
+            )
+        out.append(f"<line x1=0 x2={w} y1={h - 0.5} y2={h - 0.5} stroke='#dde3ea'/></svg>")
+        return "".join(out)
+
+
+def _badge(status: str | None) -> str:
+    return f"<span class='st {status}'>{status}</span>" if status else ""
+
+
+def _fix_first(
+    row: Mapping[str, Any] | None,
+    fields: dict[tuple[str, str], list[dict[str, Any]]],
+    chart: Sparks,
+    window: str,
+) -> str:
+    if row is None:
+        return f"<div class=fix><h2>Fix first</h2><div class=muted>nothing was dead-lettered {window}</div></div>"
+    first = row["examples"][0]
+    key = (row["project"], row["signature"])
+    return (
+        f"<div class=fix><h2>Fix first{_badge(row.get('status'))}</h2>"
+        f"<div><b>{row['recent']:,}</b> dead letters {window} ({row['messages']:,} in all) with "
+        + (f"<code>{escape(row['error'])}</code>" if row["error"] else "no error text")
+        + f"</div>{chart(*key)}"
+        f"<div class=muted>signature <code>{row['signature']}</code> &middot; {escape(row['project'])} &middot; "
+        f"from {escape(', '.join(row['source_queues']))} &middot; {escape(', '.join(row['reasons']))}"
+        f" &middot; {ts(row['first_ms'])} to {ts(row['last_ms'])}</div>"
+        f"<div>fields: {_field_notes(fields[key])}</div>"
+        f"<pre>{escape(curl(row['project'], first['dlq'], first['id']))}</pre></div>"
+    )
+
+
+def _signature_cards(
+    rows: list[dict[str, Any]],
+    by_sig: dict[tuple[str, str], list[dict[str, Any]]],
+    chart: Sparks,
+    window: str,
+) -> str:
     if not rows:
         return "<p class=muted>none</p>"
-    by_sig: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for f in fields:
-        by_sig[(f["project"], f["signature"])].append(f)
     cards = []
     for r in rows:
         error = (
@@ -305,7 +384,8 @@ def _signature_cards(rows: list[dict[str, Any]], fields: list[dict[str, Any]]) -
             for e in r["examples"]
         )
         cards.append(
-            f"<div class=sig><h3>{r['messages']:,} &middot; {error}</h3>"
+            f"<div class=sig><h3>{r['messages']:,} &middot; {error}{_badge(r.get('status'))}</h3>"
+            f"{chart(r['project'], r['signature'])}<div class=muted>{r['recent']:,} {window}</div>"
             f"<div class=muted>signature <code>{r['signature']}</code> &middot; {escape(r['project'])} &middot; "
             f"from {escape(', '.join(r['source_queues']))} &middot; {escape(', '.join(r['reasons']))}"
             f" &middot; {ts(r['first_ms'])} to {ts(r['last_ms'])}</div>"

@@ -20,7 +20,7 @@ from pipeline import analysis, purepython
 from pipeline.errors import InsightsError
 from pipeline.spark import check_java
 from tests.pipeline.conftest import DeadLetters
-from tests.pipeline.test_insights import from_files
+from tests.pipeline.test_insights import from_files, written
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,5 +222,4 @@ def test_spark_submit_runs_the_same_job(dead_letters: DeadLetters, tmp_path: Pat
         capture_output=True, text=True, timeout=240, cwd=ROOT, env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    signatures = pq.read_table(out / "tables" / "signatures.parquet").to_pylist()
-    assert signatures == purepython.analyse(dead_letters.records)["signatures"]
+    assert written(out, "signatures") == purepython.analyse(dead_letters.records)["signatures"]

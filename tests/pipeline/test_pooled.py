@@ -7,7 +7,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -18,7 +17,7 @@ from storage.pooling.catalogue import Pool
 from storage.pooling.redis_catalogue import RedisCatalogue
 from storage.registry import open_export
 from tests.pipeline.conftest import PROJECTS, DeadLetters
-from tests.pipeline.test_insights import from_store, records, tables
+from tests.pipeline.test_insights import from_store, records, tables, written
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -71,7 +70,7 @@ def test_commands_read_the_pools_the_settings_name(
     assert f"{len(data.records):,} messages analysed" in capsys.readouterr().out
     expected = purepython.analyse(data.records)
     for name in TABLES:
-        assert pq.read_table(out / "tables" / f"{name}.parquet").to_pylist() == expected[name], name
+        assert written(out, name) == expected[name], name
 
 
 def test_a_storage_uri_given_reads_that_one_store(

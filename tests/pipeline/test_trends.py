@@ -1,0 +1,94 @@
+"""Runs compared: the second run of insights into the same output directory says which signatures are new,
+growing, steady or quiet against the first, and which to fix first; runs keep their tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline import aggregate, output, purepython, trends
+from pipeline.aggregate import TABLES
+from pipeline.records import DDL
+from tests.pipeline import corpus
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def later(records: list[dict[str, Any]], cause_of: dict[str, str], mid: int) -> list[dict[str, Any]]:
+    """The second run's dead letters: the same until `mid`; after it, `customer` stops, `timeout` dies at
+    three times its rate, and a cause never seen before appears."""
+    out = [r for r in records if r["dead_lettered_at_ms"] <= mid or cause_of[r["id"]] != "customer"]
+    for r in records:
+        if r["dead_lettered_at_ms"] > mid and cause_of[r["id"]] == "timeout":
+            out += [{**r, "id": f"{r['id']}-copy{k}", "dead_lettered_at_ms": r["dead_lettered_at_ms"] + k}
+                    for k in (1, 2)]  # fmt: skip
+    last = max(r["dead_lettered_at_ms"] for r in records)
+    for k in range(3):
+        body = json.dumps({"error": f"schema registry unreachable (attempt {k})"})
+        out.append({**records[0], "id": f"new{k}", "body": body, "body_bytes": len(body),
+                    "dead_lettered_at_ms": last - k})  # fmt: skip
+    return out
+
+
+def test_a_second_run_says_what_is_new_growing_steady_or_quiet(spark: SparkSession, tmp_path: Path) -> None:
+    records, cause_of = corpus.generate(per_cause=20)
+    times = sorted(r["dead_lettered_at_ms"] for r in records)
+    mid = times[len(times) // 2]
+    scope = trends.scope("corpus", None)
+    first = [r for r in records if r["dead_lettered_at_ms"] <= mid]
+    assert trends.previous(tmp_path, scope) is None
+    output.write(aggregate.analyse(spark, spark.createDataFrame(first, DDL)), tmp_path, top=20, scope=scope)
+    assert "nothing to compare with" in (tmp_path / "report.html").read_text()
+
+    before = trends.previous(tmp_path, scope)
+    assert before is not None
+    assert before.last_ms == mid
+    assert trends.previous(tmp_path, trends.scope("corpus", ["orders.dlq"])) is None  # another scope
+    second = later(records, cause_of, mid)
+    insights = aggregate.analyse(spark, spark.createDataFrame(second, DDL), since_ms=before.last_ms)
+    expected = purepython.analyse(second, since_ms=before.last_ms)
+    for name in TABLES:
+        assert insights.rows(name) == expected[name], name
+    output.write(insights, tmp_path, top=20, scope=scope, before=before)
+
+    sigs = pq.read_table(tmp_path / "tables" / "signatures.parquet").to_pylist()
+    status = {s["error"]: s["status"] for s in sigs}
+    assert status.pop("customer <*> not found") == "quiet"
+    assert status.pop("schema registry unreachable (attempt <*>)") == "new"
+    timeout = next(e for e in status if e.startswith("timeout after"))
+    assert status.pop(timeout) == "growing"
+    assert set(status.values()) == {"steady"}
+    recent = {s["error"]: s["recent"] for s in sigs}
+    assert recent[timeout] == 3 * 10  # its 10 after the first run's last death, and two copies of each
+    assert recent["customer <*> not found"] == 0
+    report = (tmp_path / "report.html").read_text()
+    fix = report[report.index("<div class=fix>") : report.index("<h2>Per source queue")]
+    assert "30</b> dead letters since the previous run" in fix
+    assert "timeout after" in fix
+    assert "curl " in fix
+    assert "class='st growing'" in fix
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2
+    assert json.loads((runs[1] / "run.json").read_text())["compared_with"] == runs[0].name
+    assert pq.read_table(runs[0] / "tables" / "signatures.parquet").num_rows == 13  # the first run's, kept
+
+
+def test_runs_beyond_keep_runs_are_removed_and_cut_off_runs_ignored(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    records, _ = corpus.generate(per_cause=2)
+    insights = aggregate.analyse(spark, spark.createDataFrame(records, DDL))
+    scope = trends.scope(None, None)
+    for _ in range(3):
+        output.write(insights, tmp_path, top=5, scope=scope, keep_runs=2)
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2
+    (runs[1] / "run.json").unlink()  # as if that run had been killed before it finished
+    before = trends.previous(tmp_path, scope)
+    assert before is not None
+    assert before.stamp == runs[0].name
