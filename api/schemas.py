@@ -15,10 +15,12 @@ from pydantic import (
     Field,
     GetPydanticSchema,
     StrictBool,
+    StringConstraints,
     WithJsonSchema,
 )
 from pydantic_core import core_schema
 
+from api.ids import ID_PATTERN, ID_SCHEMA
 from core.limits import NAME_RULE, NAME_SCHEMA, is_name
 from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
@@ -131,11 +133,23 @@ class RejectIn(_In):
     description: str | None = Field(None, max_length=4096, description="More detail, e.g. the error text.")
 
 
+MAX_REDRIVE_IDS = 1000  # message ids a redrive may list (`charon insights` writes requests this big)
+MessageIdText = Annotated[str, StringConstraints(pattern=ID_PATTERN), WithJsonSchema(dict(ID_SCHEMA))]
+
+
 class RedriveFilter(_In):
     source_queue: Name | None = None
     reason: Literal["max_claims", "expired", "rejected"] | None = None
     dead_lettered_after: Timestamp | None = Field(None, description="ISO 8601 with a zone, e.g. ...Z.")
     dead_lettered_before: Timestamp | None = None
+    message_ids: list[MessageIdText] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_REDRIVE_IDS,
+        description=f"Only these messages (at most {MAX_REDRIVE_IDS} ids; a repeated id counts once), each "
+        "looked up rather than the DLQ walked: `charon insights` writes such requests for each failure "
+        "signature. The other filters apply too; an id that is not a message of this DLQ is passed over.",
+    )
 
 
 class RedriveIn(_In):

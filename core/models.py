@@ -177,20 +177,30 @@ class RedriveSpec:
     before_ms: int | None = None  # dead-lettered before
     limit: int | None = None  # most messages to move
     max_per_second: int | None = None
+    # only these messages (distinct, in the order given): the task looks each one up instead of walking the
+    # DLQ, its cursor and end counting ids, not markers
+    message_ids: tuple[MessageId, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+        if self.message_ids is not None:
+            out["message_ids"] = list(self.message_ids)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RedriveSpec:
-        return cls(**{k: d[k] for k in cls.__slots__ if k in d})
+        fields = {k: d[k] for k in cls.__slots__ if k in d}
+        if fields.get("message_ids") is not None:
+            fields["message_ids"] = tuple(MessageId(i) for i in fields["message_ids"])
+        return cls(**fields)
 
     def matches(self, m: Message) -> bool:
         d = m.dead_letter
         if d is None:
             return False
         return (
-            (self.source_queue is None or d.source_queue == self.source_queue)
+            (self.message_ids is None or m.id in self.message_ids)
+            and (self.source_queue is None or d.source_queue == self.source_queue)
             and (self.reason is None or d.reason == self.reason)
             and (self.after_ms is None or d.dead_lettered_at_ms >= self.after_ms)
             and (self.before_ms is None or d.dead_lettered_at_ms < self.before_ms)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from core.clock import Clock
 from core.errors import CharonError
-from core.models import Message, QueueRef, RedriveSpec, RedriveTask, TaskId
+from core.models import Message, Page, QueueRef, RedriveSpec, RedriveTask, TaskId
 from service.metrics import REDRIVE_MOVED, REDRIVE_RUNNING, REDRIVE_SCANNED
 from service.outage import Outage, stop_if_cancelled
 from storage.base import Store
@@ -162,16 +162,20 @@ async def preview(store: Store, q: QueueRef, spec: RedriveSpec, *, now: int) -> 
     marker: int | None = None
     complete = False
     while scanned < PREVIEW_SCAN_CAP:
-        page = await store.list_messages(
-            q,
-            marker=marker,
-            limit=PREVIEW_PAGE,
-            echo=True,
-            client_id="",
-            include_claimed=True,
-            include_delayed=True,
-        )
-        scanned += len(page.items)
+        if spec.message_ids is not None:  # listed ids: looked up, each once
+            page = Page(await store.get_messages(q, list(spec.message_ids)), None)
+            scanned += len(spec.message_ids)
+        else:
+            page = await store.list_messages(
+                q,
+                marker=marker,
+                limit=PREVIEW_PAGE,
+                echo=True,
+                client_id="",
+                include_claimed=True,
+                include_delayed=True,
+            )
+            scanned += len(page.items)
         for m in page.items:
             if not spec.matches(m) or m.dead_letter is None:
                 continue

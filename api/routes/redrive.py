@@ -25,7 +25,7 @@ from api.routing import Router
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
 from core.errors import InvalidInput
 from core.limits import check_page_limit, check_time_ms
-from core.models import QueueRef, RedriveSpec, RedriveTask
+from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask
 from service import redrive
 
 router = Router(tags=["redrive"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
@@ -49,6 +49,7 @@ def _spec(q: QueueRef, body: RedriveIn) -> RedriveSpec:
         before_ms=_ms(f.dead_lettered_before, "dead_lettered_before") if f else None,
         limit=body.limit,
         max_per_second=body.max_per_second,
+        message_ids=tuple(map(MessageId, dict.fromkeys(f.message_ids))) if f and f.message_ids else None,
     )
     if spec.destination == q.name:
         raise InvalidInput(f"destination must be another queue than the DLQ {q.name!r} itself.")
@@ -64,6 +65,7 @@ def _request(spec: RedriveSpec) -> dict[str, Any]:
         "reason": spec.reason,
         "dead_lettered_after": iso(spec.after_ms) if spec.after_ms is not None else None,
         "dead_lettered_before": iso(spec.before_ms) if spec.before_ms is not None else None,
+        "message_ids": list(spec.message_ids) if spec.message_ids is not None else None,
     }
     out: dict[str, Any] = {
         "destination": spec.destination,

@@ -56,22 +56,40 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
     it was dead-lettered from): a new marker there, no claim, claim count 0, redrive count + 1. A move is
     guarded on the message still being in `q`, unclaimed, so a consumer that claims it meanwhile wins."""
     spec = task.spec
-    docs = (
-        await c.messages.find(
-            {M.PROJECT: q.project, M.QUEUE: q.name, M.MARKER: {"$gt": task.cursor, "$lte": task.end_marker}}
+    if spec.message_ids is not None:  # listed ids: the next `batch` of them looked up (cursor: ids done)
+        listed = spec.message_ids[task.cursor : task.cursor + batch]
+        found = {
+            d[M.ID]: d
+            for d in await c.messages.find(
+                {M.ID: {"$in": list(listed)}, M.PROJECT: q.project, M.QUEUE: q.name}
+            ).to_list()
+        }
+        docs = [found.get(i) for i in listed]
+    else:
+        docs = list(
+            await c.messages.find(
+                {
+                    M.PROJECT: q.project,
+                    M.QUEUE: q.name,
+                    M.MARKER: {"$gt": task.cursor, "$lte": task.end_marker},
+                }
+            )
+            .sort(M.MARKER, 1)
+            .hint(MARKER_INDEX)
+            .limit(batch)
+            .to_list()
         )
-        .sort(M.MARKER, 1)
-        .hint(MARKER_INDEX)
-        .limit(batch)
-        .to_list()
-    )
     wanted = None if spec.limit is None else spec.limit - task.moved
     plan: list[tuple[Doc, str]] = []
     cursor, scanned, skipped = task.cursor, 0, 0
     for doc in docs:
         if wanted is not None and len(plan) >= wanted:
             break
-        cursor, scanned = doc[M.MARKER], scanned + 1
+        scanned += 1
+        if doc is None:  # a listed id that is not (or no longer) in this DLQ
+            cursor += 1
+            continue
+        cursor = cursor + 1 if spec.message_ids is not None else doc[M.MARKER]
         message = message_of(doc)
         if doc[M.EXPIRES] <= now or not spec.matches(message):
             continue

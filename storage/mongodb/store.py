@@ -754,7 +754,10 @@ class MongoStore:
             t.SPEC: spec.to_dict(),
             t.CREATED: now,
             t.UPDATED: now,
-            t.END: int(counter.get(COUNTER.SEQ, 0)),
+            # a task of listed ids counts ids (redrive.redrive_batch), else markers
+            t.END: len(spec.message_ids)
+            if spec.message_ids is not None
+            else int(counter.get(COUNTER.SEQ, 0)),
             t.CURSOR: 0,
             t.SCANNED: 0,
             t.MOVED: 0,

@@ -163,6 +163,7 @@ class TaskField(StrEnum):
     AFTER = "fafter"
     BEFORE = "fbefore"
     LIMIT = "limit"
+    IDS = "fids"  # a task of listed message ids: how many ('' otherwise); the ids are in its spec
 
 
 class SubscriptionField(StrEnum):

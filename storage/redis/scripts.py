@@ -358,8 +358,8 @@ class Scripts:
         owner: str,
         lease_ms: int,
     ) -> int:
-        """filters: destination, source queue, reason, after ms, before ms, limit (None = not given).
-        Returns the DLQ's last marker, where the task will stop."""
+        """filters: destination, source queue, reason, after ms, before ms, limit, number of listed ids
+        (None = not given). Returns where the task stops: the DLQ's last marker, or the number of ids."""
         args = [task_id, orjson.dumps(dict(spec)).decode(), *map(_opt, filters), owner, lease_ms]
         keys = [t.project.task(task_id), t.project.tasks(t.q.name)]
         return int(await self._queue("task_create", t, now, args, keys))

@@ -611,6 +611,7 @@ class RedisStore:
             spec.after_ms,
             spec.before_ms,
             spec.limit,
+            None if spec.message_ids is None else len(spec.message_ids),
         ]
         last = await self._scripts.task_create(
             await self._target(q),

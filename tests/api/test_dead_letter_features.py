@@ -192,6 +192,24 @@ async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: Manu
     assert (await client.get(task.href)).json()["status"] == "succeeded"
 
 
+async def test_redrive_of_listed_ids_dry_run_then_exactly_those(client: httpx.AsyncClient) -> None:
+    ids = await dead_letter_all(client, "orders", "o1", "o2", "o3")
+    unknown = "f" * 32
+    body = {"filter": {"message_ids": [ids[2], unknown, ids[0], ids[2]]}}
+    r = await client.post("/v2/queues/orders.dlq/redrive", json={**body, "dry_run": True})
+    assert r.status_code == 200, r.text
+    preview = RedrivePreviewOut.model_validate(r.json())
+    assert (preview.scanned, preview.matched, preview.would_move, preview.complete) == (3, 2, 2, True)
+    assert sorted(m.id for m in preview.sample) == sorted([ids[0], ids[2]])
+    r = await client.post("/v2/queues/orders.dlq/redrive", json={**body, "limit": 100})
+    assert r.status_code == 200, r.text
+    task = RedriveTaskOut.model_validate(r.json())
+    assert (task.status, task.progress.moved) == ("succeeded", 2)
+    assert task.request["filter"] == {"message_ids": [ids[2], unknown, ids[0]]}  # a repeated id counts once
+    left = (await client.get("/v2/queues/orders.dlq/messages?echo=true")).json()["messages"]
+    assert [m["id"] for m in left] == [ids[1]]
+
+
 async def test_redrive_as_a_task_then_cancel(store: Store, clock: ManualClock, settings: Settings) -> None:
     app = create_app(settings, store=store, clock=clock)
     async with api_client(app) as client:
@@ -253,6 +271,10 @@ async def _redrive_as_a_task_then_cancel(
         ({"max_per_second": 10_001}, "max_per_second"),
         ({"dry_run": "yes"}, "dry_run"),
         ({"everything": True}, "everything"),
+        ({"filter": {"message_ids": []}}, "filter.message_ids"),
+        ({"filter": {"message_ids": ["0" * 32] * 1001}}, "1000"),
+        ({"filter": {"message_ids": ["not-an-id"]}}, "filter.message_ids.0"),
+        ({"filter": {"message_ids": "0" * 32}}, "filter.message_ids"),
     ],
 )
 async def test_bad_redrive_requests(client: httpx.AsyncClient, body: dict[str, Any], fragment: str) -> None:

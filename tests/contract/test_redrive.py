@@ -76,6 +76,31 @@ async def test_filters_destination_and_limit(store: Store, clock: ManualClock) -
     assert len(await store.get_messages(DLQ, late[1:] + billing)) == 2
 
 
+async def test_listed_ids_move_exactly_those(store: Store, clock: ManualClock) -> None:
+    ids = await dead_letter(store, Q, *(f"m{i}" for i in range(7)))
+    billing = await dead_letter(store, OTHER, "b1")
+    not_here = await post(store, OTHER, "a message of another queue, not dead")
+    wanted = (ids[5], ids[1], MessageId(uuid.uuid4().hex), not_here[0], billing[0], ids[3], ids[1])
+    spec = RedriveSpec(message_ids=tuple(dict.fromkeys(wanted)))
+    task = await run(store, spec)  # two ids a step
+    assert task.end_marker == 6  # ids to look up, not the DLQ's markers
+    assert (task.status, task.scanned, task.moved, task.skipped) == ("succeeded", 6, 4, 0)
+    assert {m.body for m in await store.get_messages(Q, ids)} == {"m1", "m3", "m5"}
+    assert [m.body for m in await store.get_messages(OTHER, billing)] == ["b1"]
+    left = await store.get_messages(DLQ, ids)
+    assert sorted(m.body for m in left) == ["m0", "m2", "m4", "m6"]
+    assert [m.body for m in await store.get_messages(OTHER, not_here)] == [
+        "a message of another queue, not dead"
+    ]
+    # the other filters still apply, and a limit stops the task
+    task = await run(store, RedriveSpec(message_ids=(ids[0], ids[2], ids[4]), source_queue=OTHER.name))
+    assert (task.scanned, task.moved) == (3, 0)
+    task = await run(store, RedriveSpec(message_ids=(ids[0], ids[2], ids[4]), limit=1), batch=10)
+    assert (task.status, task.moved) == ("succeeded", 1)
+    assert [m.body for m in await store.get_messages(Q, [ids[0]])] == ["m0"]
+    assert task.spec.message_ids == (ids[0], ids[2], ids[4])  # kept with the task, in order
+
+
 async def test_claimed_messages_are_skipped_and_later_ones_left(store: Store, clock: ManualClock) -> None:
     [held, free] = await dead_letter(store, Q, "held", "free")
     await set_meta(store, DLQ)  # the DLQ's own consumers

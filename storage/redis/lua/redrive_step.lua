@@ -7,11 +7,13 @@
 -- and the task's progress are in this one script, so a task resumed after a crash moves nothing twice and
 -- its counts are exact. A moved message gets a new marker in its destination, no claim, claim count 0, and
 -- its provenance's redrive count goes up by one. Claimed messages, and ones with nowhere to go, are skipped.
+-- A task of listed message ids looks up the next `batch` of its ids instead (its cursor counts ids); an id
+-- that is not a message of this DLQ (any more) is scanned and passed over.
 local prefix, name, now, K = queue_script()
 local owner, lease_ms, batch = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local tk = KEYS[9]
 local t = redis.call('HMGET', tk, 'q', 'status', 'owner', 'cursor', 'end', 'scanned', 'moved', 'skipped',
-                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec')
+                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec', 'fids')
 if t[1] ~= name then return redis.error_reply('CHARON_NO_TASK No such redrive task on queue ' .. name .. '.') end
 local status, cursor, last = t[2], tonumber(t[4]), tonumber(t[5])
 local scanned, moved, skipped = tonumber(t[6]), tonumber(t[7]), tonumber(t[8])
@@ -47,24 +49,40 @@ local function redrive(id, to, f)
   redis.call('HINCRBY', K.queue, 'n_rd', 1)
 end
 
-local ids = redis.call('ZRANGEBYSCORE', K.msgs, '(' .. cursor, last, 'WITHSCORES', 'LIMIT', 0, batch)
-for i = 1, #ids, 2 do
-  local id = ids[i]
-  cursor = tonumber(ids[i + 1])
+local function step(id)
   scanned = scanned + 1
-  local f = redis.call('HMGET', message_key(prefix, id), 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc')
-  if f[1] and tonumber(f[1]) > now and matches(f) then
+  local f = redis.call('HMGET', message_key(prefix, id), 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc', 'q')
+  if f[8] == name and f[1] and tonumber(f[1]) > now and matches(f) then
     local to = dest ~= '' and dest or f[4]
     if (f[2] ~= '' and tonumber(f[3]) > now) or to == name then
       skipped = skipped + 1
     else
       redrive(id, to, f)
       moved = moved + 1
-      if limit and moved >= limit then break end
+      if limit and moved >= limit then return true end
     end
   end
+  return false
 end
-if #ids < 2 * batch or (limit and moved >= limit) or cursor >= last then status = 'succeeded' end
+
+local looked
+if t[18] and t[18] ~= '' then  -- listed ids
+  local listed = cjson.decode(t[17]).message_ids
+  looked = 0
+  for i = cursor + 1, math.min(cursor + batch, #listed) do
+    cursor, looked = i, looked + 1
+    if step(listed[i]) then break end
+  end
+  looked = looked * 2  -- as ZRANGEBYSCORE ... WITHSCORES counts below
+else
+  local ids = redis.call('ZRANGEBYSCORE', K.msgs, '(' .. cursor, last, 'WITHSCORES', 'LIMIT', 0, batch)
+  looked = #ids
+  for i = 1, #ids, 2 do
+    cursor = tonumber(ids[i + 1])
+    if step(ids[i]) then break end
+  end
+end
+if looked < 2 * batch or (limit and moved >= limit) or cursor >= last then status = 'succeeded' end
 redis.call('HSET', tk, 'status', status, 'cursor', cursor, 'scanned', scanned, 'moved', moved,
            'skipped', skipped, 'up', now, 'lease', now + lease_ms)
 if status ~= 'running' then redis.call('PEXPIRE', tk, TASK_KEEP_MS) end
