@@ -177,6 +177,7 @@ def run_insights(args: argparse.Namespace) -> int:
                 step=progress.step,
                 keep=str(out / "messages") if args.keep_messages else None,
                 since_ms=before.last_ms if before else None,
+                top=args.top,
             )
         insights.timings["session_s"] = round(session_s, 3)
         output.write(insights, out, top=args.top, scope=scope, before=before, keep_runs=args.keep_runs)

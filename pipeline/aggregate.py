@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 TABLES = (
     "by_source", "rate", "claim_counts", "time_to_death", "signatures", "signature_fields",
-    "signature_rate", "rejections",
+    "signature_rate", "signature_ids", "rejections",
     "repeat_offenders", "quality",
 )  # fmt: skip
 
@@ -42,10 +42,12 @@ def analyse(
     step: Callable[[str], None] = lambda _: None,
     keep: str | None = None,
     since_ms: int | None = None,
+    top: int = 15,
 ) -> Insights:
     """The tables of TABLES, each sorted as analysis.ORDER says. `step` is told each step's name as it
     starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors);
-    `since_ms`: the previous run's last death, after which a signature's messages are `recent`."""
+    `since_ms`: the previous run's last death, after which a signature's messages are `recent`; `top`: the
+    signatures (the most messages first) whose ids signature_ids lists."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -81,6 +83,10 @@ def analyse(
             step(name.replace("_", " "))
             order = [(column, how, "at_start") for column, how in analysis.ORDER[name]]
             tables[name] = frame.toArrow().sort_by(order)
+        step("signature ids")
+        top_keys = [(r["project"], r["signature"]) for r in tables["signatures"].slice(0, top).to_pylist()]
+        order = [(column, how, "at_start") for column, how in analysis.ORDER["signature_ids"]]
+        tables["signature_ids"] = analysis.signature_ids(enriched, top_keys).toArrow().sort_by(order)
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
         if keep:
             step("writing the messages")

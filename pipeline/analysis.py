@@ -33,6 +33,7 @@ MAX_ERROR_CHARS = 200
 PREVIEW_CHARS = 160
 EXAMPLE_CHARS = 1000  # of an example body in the signatures table
 EXAMPLES = 3  # example messages per group: the earliest dead-lettered ones
+REDRIVE_IDS = 1000  # ids of one signature in one DLQ: one redrive request (the API's most message_ids)
 MAX_FIELDS = 64  # a body's top-level fields looked at for a signature's field detail (sorted, the first)
 OPTIONAL_BELOW = 1.0  # a field in fewer of a signature's bodies than this share is optional there
 DISTINGUISHES = 0.5  # a field whose share in a signature differs by this much from the rest of its project
@@ -94,6 +95,7 @@ ORDER: dict[str, list[tuple[str, str]]] = {
     "signatures": [("messages", "descending"), *((c, "ascending") for c in ("project", "signature"))],
     "signature_fields": [(c, "ascending") for c in ("project", "signature", "field")],
     "signature_rate": [(c, "ascending") for c in ("project", "signature", "bucket_ms")],
+    "signature_ids": [(c, "ascending") for c in ("project", "signature", "dlq")],
     "rejections": [
         ("messages", "descending"),
         *((c, "ascending") for c in ("project", "source_queue", "rejection_reason")),
@@ -236,6 +238,21 @@ def rate(enriched: DataFrame, width_s: int) -> DataFrame:
         enriched.where(F.col("bucket") != "no_provenance")
         .groupBy(*GROUP, (F.floor(F.col("at_ms") / width_ms) * width_ms).alias("bucket_ms"))
         .agg(F.count("*").alias("messages"))
+    )
+
+
+def signature_ids(enriched: DataFrame, keys: list[tuple[str, str]]) -> DataFrame:
+    """For the (project, signature)s given (the report's top ones), per DLQ: how many messages and the ids of
+    the earliest REDRIVE_IDS, for a redrive of exactly those."""
+    wanted = enriched.sparkSession.createDataFrame(keys, "project string, signature string")
+    return (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .join(F.broadcast(wanted), ["project", "signature"])
+        .groupBy("project", "signature", F.col("queue").alias("dlq"))
+        .agg(
+            F.count("*").alias("messages"),
+            F.min_by("id", F.struct("at_ms", "id"), REDRIVE_IDS).alias("ids"),
+        )
     )
 
 

@@ -3,6 +3,8 @@ the command prints."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +25,9 @@ def write(
     keep_runs: int = trends.KEEP_RUNS,
 ) -> None:
     """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
-    next run's comparison), and out/report.html (`top` signatures and offenders). The signatures table gets
-    each one's `status` against `before`, the previous run (trends.status)."""
+    next run's comparison), the redrive requests of the top signatures' messages (out/redrive/, as
+    report.redrive_file names them), and out/report.html (`top` signatures and offenders). The signatures
+    table gets each one's `status` against `before`, the previous run (trends.status)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -42,6 +45,13 @@ def write(
     for name, table in insights.tables.items():
         pq.write_table(table, tables / f"{name}.parquet")
         pq.write_table(table, run / "tables" / f"{name}.parquet")
+    shutil.rmtree(out / "redrive", ignore_errors=True)  # the previous run's requests
+    for r in insights.rows("signature_ids"):
+        body = {"filter": {"message_ids": r["ids"]}}
+        for dry_run in (True, False):
+            path = out / report.redrive_file(r["project"], r["signature"], r["dlq"], dry_run=dry_run)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({**body, "dry_run": True} if dry_run else body), encoding="utf-8")
     (out / "report.html").write_text(report.html(insights, top=top, before=before), encoding="utf-8")
     meta = {
         "at": now.isoformat(),

@@ -26,6 +26,7 @@ from pipeline.analysis import (
     MESSAGE_FIELDS,
     OPTIONAL_BELOW,
     PREVIEW_CHARS,
+    REDRIVE_IDS,
     SIGNATURE_CHARS,
     TTD_BUCKETS,
     TTD_LAST,
@@ -168,7 +169,9 @@ def _earliest(items: list[tuple[Any, str]]) -> list[str]:
     return [i for _, i in sorted(items)[:EXAMPLES]]
 
 
-def analyse(records: Iterable[Mapping[str, Any]], since_ms: int | None = None) -> dict[str, list[Row]]:
+def analyse(
+    records: Iterable[Mapping[str, Any]], since_ms: int | None = None, top: int = 15
+) -> dict[str, list[Row]]:
     """Every table of analysis.py, as lists of dicts in the same order and with the same columns."""
     records = list(records)
     deaths = [r["dead_lettered_at_ms"] for r in records if r["dead_lettered_at_ms"] is not None]
@@ -195,10 +198,12 @@ def analyse(records: Iterable[Mapping[str, Any]], since_ms: int | None = None) -
         sigs[(r["project"], signature(error))].append(row)
         if text is not None:
             bodies[(r["project"], text)].append((row, text))
+    signatures = _signatures(sigs, recent_ms)
     return {
         "by_source": _by_source(groups),
         **_distributions(groups),
-        "signatures": _signatures(sigs, recent_ms),
+        "signatures": signatures,
+        "signature_ids": _signature_ids(sigs, [(s["project"], s["signature"]) for s in signatures[:top]]),
         "signature_fields": _signature_fields(sigs),
         "signature_rate": _signature_rate(sigs, groups),
         "rejections": _rejections(groups),
@@ -292,6 +297,26 @@ def _signature_rate(
         {"project": p, "signature": s, "bucket_ms": b, "messages": n}
         for (p, s, b), n in sorted(counts.items())
     ]
+
+
+def _signature_ids(sigs: Mapping[tuple[str, str], list[Row]], keys: list[tuple[str, str]]) -> list[Row]:
+    out = []
+    for project, sig in sorted(keys):
+        by_dlq: dict[str, list[Row]] = defaultdict(list)
+        for r in sigs[(project, sig)]:
+            by_dlq[r["queue"]].append(r)
+        for dlq, rows in sorted(by_dlq.items()):
+            earliest = sorted((r["dead_lettered_at_ms"], r["id"]) for r in rows)[:REDRIVE_IDS]
+            out.append(
+                {
+                    "project": project,
+                    "signature": sig,
+                    "dlq": dlq,
+                    "messages": len(rows),
+                    "ids": [i for _, i in earliest],
+                }
+            )
+    return out
 
 
 def _signatures(sigs: Mapping[tuple[str, str], list[Row]], recent_ms: int) -> list[Row]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from core.limits import is_name
 from pipeline import trends
 from pipeline.analysis import RECENT_S, TTD_BUCKETS, TTD_LAST
 
@@ -62,6 +65,9 @@ def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> s
     for r in insights.rows("signature_rate"):
         rates[(r["project"], r["signature"])][r["bucket_ms"]] = r["messages"]
     chart = Sparks(rates, insights.first_ms, insights.last_ms, insights.rate_width_s * 1000)
+    redrives: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in insights.rows("signature_ids"):
+        redrives[(r["project"], r["signature"])].append(r)
     window = (
         f"since the previous run (its last death {ts(before.last_ms)} UTC)"
         if before
@@ -86,7 +92,7 @@ def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> s
         _kpi(f"{len(offenders):,}", "repeat offenders"),
         _kpi(f"{insights.total - ok:,}", "not analysed by body"),
         "</div>",
-        _fix_first(trends.fix_first(sigs), fields, chart, window),
+        _fix_first(trends.fix_first(sigs), fields, chart, window, redrives),
         "<h2>Per source queue and reason</h2>",
         _by_source_table(by_source, analysed),
         f"<h2>Dead-lettering rate</h2><div class=muted>messages per {duration(insights.rate_width_s)}</div>",
@@ -101,7 +107,7 @@ def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> s
             else "the first run in this output directory: nothing to compare with"
         )
         + f" (top {min(top, len(sigs))} of {len(sigs):,})</div>",
-        _signature_cards(sigs[:top], fields, chart, window),
+        _signature_cards(sigs[:top], fields, chart, window, redrives),
         "<h2>Rejections</h2><div class=muted>messages their consumer rejected, by the reason it gave</div>",
         _rejection_table(insights.rows("rejections")),
         f"<h2>Repeat offenders</h2><div class=muted>identical bodies dead-lettered more than once "
@@ -292,9 +298,43 @@ def _pretty(example: str | None) -> str:
 def curl(project: str, dlq: str, message_id: str) -> str:
     """The command that fetches one dead letter with its provenance."""
     return (
-        f'curl -H "Client-ID: $CID" -H "X-Project-ID: {project}" '
+        f'curl -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
         f'"$BASE/v2/queues/{dlq}/messages/{message_id}?provenance=true"'
     )
+
+
+def redrive_file(project: str, signature: str, dlq: str, *, dry_run: bool) -> str:
+    """Where output.write puts the redrive request of a signature's messages in one DLQ, under the output
+    directory: redrive/<project>/<signature>/<dlq>[.dry-run].json (a project id that is not a plain name is
+    written as the first 12 hex digits of its SHA-256)."""
+    folder = project if is_name(project) else hashlib.sha256(project.encode()).hexdigest()[:12]
+    return f"redrive/{folder}/{signature}/{dlq}{'.dry-run' if dry_run else ''}.json"
+
+
+def redrive_curl(project: str, dlq: str, path: str) -> str:
+    """The command that sends a redrive request file (run in the output directory)."""
+    return (
+        f'curl -X POST -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
+        f'-H "Content-Type: application/json" "$BASE/v2/queues/{dlq}/redrive" -d @{shlex.quote(path)}'
+    )
+
+
+def _redrive_notes(project: str, signature: str, rows: list[dict[str, Any]]) -> str:
+    out = []
+    for r in rows:
+        some = (
+            f"all {r['messages']:,}"
+            if r["messages"] == len(r["ids"])
+            else f"the earliest {len(r['ids']):,} of {r['messages']:,} (run insights again for the rest)"
+        )
+        dry = redrive_file(project, signature, r["dlq"], dry_run=True)
+        real = redrive_file(project, signature, r["dlq"], dry_run=False)
+        out.append(
+            f"<div class=muted>redrive {some} in {escape(r['dlq'])} (from the output directory): "
+            f"the dry run, then the redrive</div>"
+            f"<pre>{escape(redrive_curl(project, r['dlq'], dry))}\n{escape(redrive_curl(project, r['dlq'], real))}</pre>"
+        )
+    return "".join(out)
 
 
 def _field_notes(fields: list[dict[str, Any]]) -> str:
@@ -340,6 +380,7 @@ def _fix_first(
     fields: dict[tuple[str, str], list[dict[str, Any]]],
     chart: Sparks,
     window: str,
+    redrives: dict[tuple[str, str], list[dict[str, Any]]],
 ) -> str:
     if row is None:
         return f"<div class=fix><h2>Fix first</h2><div class=muted>nothing was dead-lettered {window}</div></div>"
@@ -354,7 +395,8 @@ def _fix_first(
         f"from {escape(', '.join(row['source_queues']))} &middot; {escape(', '.join(row['reasons']))}"
         f" &middot; {ts(row['first_ms'])} to {ts(row['last_ms'])}</div>"
         f"<div>fields: {_field_notes(fields[key])}</div>"
-        f"<pre>{escape(curl(row['project'], first['dlq'], first['id']))}</pre></div>"
+        f"<pre>{escape(curl(row['project'], first['dlq'], first['id']))}</pre>"
+        f"{_redrive_notes(row['project'], row['signature'], redrives.get(key, []))}</div>"
     )
 
 
@@ -363,6 +405,7 @@ def _signature_cards(
     by_sig: dict[tuple[str, str], list[dict[str, Any]]],
     chart: Sparks,
     window: str,
+    redrives: dict[tuple[str, str], list[dict[str, Any]]],
 ) -> str:
     if not rows:
         return "<p class=muted>none</p>"
@@ -398,7 +441,9 @@ def _signature_cards(
             + (f"; {r['bad_bodies']:,} not JSON objects" if r["bad_bodies"] else "")
             + f"</div><div>fields: {_field_notes(by_sig[(r['project'], r['signature'])])}</div>"
             f"<details><summary>examples</summary>{examples}"
-            f"<pre>{escape(curl(r['project'], first['dlq'], first['id']))}</pre></details></div>"
+            f"<pre>{escape(curl(r['project'], first['dlq'], first['id']))}</pre></details>"
+            f"{_redrive_notes(r['project'], r['signature'], redrives.get((r['project'], r['signature']), []))}"
+            "</div>"
         )
     return "".join(cards)
 

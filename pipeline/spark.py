@@ -1,13 +1,16 @@
-"""The SparkSession the job runs on: Java checked first, the `charon` data source registered, and the code the
-tasks import (pipeline, storage, core) shipped to the executors.
+"""The SparkSession the job runs on: Java checked first, the `charon` data source registered, the code the
+tasks import (pipeline, storage, core) shipped to the executors, and the executors' Python probed.
 
 Nothing here assumes local mode: the master is the caller's, else spark-submit's, else local[*]; the code
-goes to a cluster's executors with addPyFile.
+goes to a cluster's executors with addPyFile, as one archive per version of the code (named by its hash, so
+runs do not leave one each). Spark Connect (sc://) is refused: the job needs a classic session (addPyFile,
+the SparkContext's jobs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -27,6 +30,20 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ("pipeline", "storage", "core")  # the packages the executors import
 MIN_JAVA = 17
+LOG4J2 = ROOT / "pipeline" / "log4j2.properties"  # WARN and up, Spark's INFO chatter off
+EXECUTOR_NEEDS = ("pyarrow", "pandas", "orjson", "redis", "pymongo")  # what a task imports beyond pyspark
+
+
+def refuse_connect(master: str | None) -> None:
+    """Spark Connect has no SparkContext to ship code with or run the probe on: say so before anything."""
+    remote = os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED")
+    if (master and master.startswith("sc://")) or remote:
+        raise InsightsError(
+            f"Spark Connect ({master if master and master.startswith('sc://') else 'SPARK_REMOTE'}) is not "
+            "supported: charon insights needs a classic Spark session (it ships its code to the executors "
+            "and reads with a Python data source through the SparkContext). Give the cluster's master "
+            "(--master spark://HOST:7077, yarn, k8s://...) or run it with spark-submit."
+        )
 
 
 def java_version(java: str) -> int | None:
@@ -65,12 +82,17 @@ def session(master: str | None = None) -> SparkSession:
 
     from pipeline.datasource import CharonDataSource
 
+    refuse_connect(master)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM and chose the master
     fresh = SparkSession.getActiveSession() is None
     if fresh and not submitted:
         master = master or "local[*]"
         check_java()
     builder = SparkSession.builder.appName("charon-insights").config("spark.sql.session.timeZone", "UTC")
+    if fresh and not submitted:  # the driver JVM starts here: its log configuration with it
+        builder = builder.config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
+        )
     if master:
         builder = builder.master(master)
     if fresh and master and master.startswith("local"):
@@ -81,19 +103,76 @@ def session(master: str | None = None) -> SparkSession:
     spark.dataSource.register(CharonDataSource)
     context: Any = spark.sparkContext
     if not getattr(context, "_charon_shipped", False):
-        context.addPyFile(_code_zip())
+        context.setLogLevel("WARN")  # under spark-submit the JVM started with its own configuration
+        context.addPyFile(code_archive())
+        probe_executors(spark)
         context._charon_shipped = True
     return spark
 
 
-def _code_zip() -> str:
-    path = Path(tempfile.gettempdir()) / f"charon-pipeline-{os.getpid()}.zip"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for package in SHIPPED:
-            for file in (ROOT / package).rglob("*"):
-                if file.suffix in (".py", ".lua") and "__pycache__" not in file.parts:
-                    z.write(file, file.relative_to(ROOT))
+def _shipped_files() -> list[Path]:
+    return sorted(
+        file
+        for package in SHIPPED
+        for file in (ROOT / package).rglob("*")
+        if file.suffix in (".py", ".lua") and "__pycache__" not in file.parts
+    )
+
+
+def code_archive() -> str:
+    """The --py-files archive of SHIPPED, in the temporary directory under a name from its content's hash:
+    made once per version of the code (atomically, so concurrent runs share it), reused by later runs."""
+    files = _shipped_files()
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
+    path = Path(tempfile.gettempdir()) / f"charon-pipeline-{digest.hexdigest()[:16]}.zip"
+    if not path.exists():
+        fd, partial = tempfile.mkstemp(prefix=path.stem, suffix=".part", dir=path.parent)
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:
+            for file in files:
+                z.write(file, file.relative_to(ROOT))
+        os.replace(partial, path)
     return str(path)
+
+
+def _probe(_: object) -> tuple[str, str, tuple[str, ...]]:
+    """In an executor's Python: its executable, version and the EXECUTOR_NEEDS it cannot import."""
+    import importlib
+
+    missing = []
+    for name in EXECUTOR_NEEDS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return sys.executable, f"{sys.version_info.major}.{sys.version_info.minor}", tuple(missing)
+
+
+def probe_executors(spark: SparkSession) -> None:
+    """One small task per default partition: every executor Python it reaches can import what the job
+    needs, else InsightsError saying which Python lacks what and how to fix it (before the job, not 45 s
+    into it)."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    context = spark.sparkContext
+    n = max(context.defaultParallelism, 1)
+    try:
+        found = set(context.parallelize(range(n), n).map(_probe).collect())
+    except (Py4JJavaError, PySparkException) as e:  # its worker did not start (another Python, no pyspark)
+        raise InsightsError(
+            f"the executors' Python cannot run the job: {failure(e)}. Set PYSPARK_PYTHON to a Python "
+            f"{sys.version_info.major}.{sys.version_info.minor} with Charon's packages on every worker "
+            f"(e.g. the virtualenv's bin/python made by make install)."
+        ) from None
+    for executable, version, missing in sorted(found):
+        if missing:
+            raise InsightsError(
+                f"the executors' Python ({executable}, {version}) lacks {', '.join(missing)}: set "
+                f"PYSPARK_PYTHON to a Python with Charon's packages on every worker (e.g. the virtualenv's "
+                f"bin/python made by make install), or install them there: pip install {' '.join(missing)}."
+            )
 
 
 @contextlib.contextmanager

@@ -247,3 +247,63 @@ class CharonProcess:
                 self.proc.kill()
                 self.proc.wait()
                 raise AssertionError(f"charon on :{self.port} did not exit in 15 s after SIGTERM") from None
+
+
+class SparkStandalone:
+    """A Spark standalone cluster from the installed PySpark: a master and one worker (`cores` cores), each
+    its own JVM on 127.0.0.1, started with spark-class as a cluster's machines start them."""
+
+    def __init__(self, work_dir: Path, cores: int = 2) -> None:
+        self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
+        self.work_dir, self.cores = work_dir, cores
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def master(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _spark_class(self, *args: str) -> None:
+        import pyspark
+
+        spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
+        with (self.work_dir / f"{args[0].rsplit('.', 1)[1].lower()}.log").open("ab") as log:
+            self.procs.append(subprocess.Popen([str(spark_class), *args], stdout=log, stderr=log, env=env))
+
+    def alive_workers(self) -> int:
+        try:
+            state = httpx.get(f"http://127.0.0.1:{self.ui_port}/json/", timeout=1).json()
+        except (httpx.HTTPError, ValueError):
+            return 0
+        return int(state.get("aliveworkers", 0))
+
+    def start(self, timeout: float = 90) -> SparkStandalone:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._spark_class("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                          "--port", str(self.port), "--webui-port", str(self.ui_port))  # fmt: skip
+        self._spark_class(
+            "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(self.cores),
+            "--memory", "2g", "--webui-port", str(self.worker_ui_port),
+            "--work-dir", str(self.work_dir / "work"), self.master,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.procs):
+                self.stop()
+                raise RuntimeError(f"a Spark daemon exited at start (logs in {self.work_dir})")
+            if self.alive_workers() >= 1:
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the Spark standalone cluster did not start (logs in {self.work_dir})")
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []

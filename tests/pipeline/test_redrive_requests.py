@@ -1,0 +1,93 @@
+"""From why to action: the redrive requests insights writes for its top signatures, sent as the report says
+to the real API over the same store, dry run first, move exactly that signature's dead letters back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from pyspark.sql import SparkSession
+
+from app.main import create_app
+from app.settings import Settings
+from core.clock import ManualClock
+from core.models import QueueRef
+from pipeline import aggregate, load, output, report
+from pipeline.load import DeadLetterStore
+from storage.mongodb.store import MongoStore
+from storage.registry import open_store
+from tests.contract.helpers import all_messages
+from tests.pipeline.conftest import fill
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("driver", ["redis", "mongo"])
+async def test_a_signatures_redrive_request_moves_exactly_its_messages(
+    spark: SparkSession, request: pytest.FixtureRequest, driver: str, tmp_path: Path
+) -> None:
+    uri: str = request.getfixturevalue("redis_url" if driver == "redis" else "mongodb_uri")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    clock = ManualClock()
+    store = open_store(uri, namespace=namespace, clock=clock)
+    settings = Settings(storage_uri=uri, namespace=namespace)
+    try:
+        _, records = await fill(store, settings, clock)
+        frame = load.from_store(spark, DeadLetterStore(uri, namespace), max_body_bytes=4096)
+        insights = aggregate.analyse(spark, frame, top=3)
+        output.write(insights, tmp_path, top=3)
+        top = insights.rows("signatures")[0]
+        [*requests] = (r for r in insights.rows("signature_ids") if r["signature"] == top["signature"])
+        assert sum(r["messages"] for r in requests) == top["messages"]
+        page = (tmp_path / "report.html").read_text()
+        rq = requests[0]
+        dry = report.redrive_file(rq["project"], rq["signature"], rq["dlq"], dry_run=True)
+        real = report.redrive_file(rq["project"], rq["signature"], rq["dlq"], dry_run=False)
+        assert f"-d @{dry}" in page
+        ids = {r["id"] for r in records if r["project"] == rq["project"] and r["queue"] == rq["dlq"]}
+        wanted = set(json.loads((tmp_path / real).read_text())["filter"]["message_ids"])
+        assert wanted == set(rq["ids"])
+        assert wanted <= ids
+
+        app = create_app(settings, store=store, clock=clock)
+        headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": rq["project"]}
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://charon", headers=headers
+            ) as http,
+        ):
+            url = f"/v2/queues/{rq['dlq']}/redrive"
+            preview = await http.post(url, content=(tmp_path / dry).read_bytes())
+            assert preview.status_code == 200, preview.text
+            assert preview.json()["matched"] == len(wanted)
+            moved = await http.post(url, content=(tmp_path / real).read_bytes())
+            assert moved.status_code in (200, 202), moved.text
+            task = moved.json()
+            for _ in range(200):
+                if task["status"] != "running":
+                    break
+                await asyncio.sleep(0.05)
+                task = (await http.get(task["href"])).json()
+            assert (task["status"], task["progress"]["moved"]) == ("succeeded", len(wanted))
+            left = {
+                m.id
+                for m in await all_messages(
+                    store,
+                    QueueRef(rq["project"], rq["dlq"]),
+                    limit=100,
+                    echo=True,
+                    client_id="",
+                    include_claimed=True,
+                    include_delayed=True,
+                )
+            }
+            assert left == ids - wanted  # exactly the signature's messages went back
+    finally:
+        if isinstance(store, MongoStore):
+            await store.drop_collections()
+        await store.aclose()
