@@ -148,7 +148,8 @@ class RedriveFilter(_In):
         max_length=MAX_REDRIVE_IDS,
         description=f"Only these messages (at most {MAX_REDRIVE_IDS} ids; a repeated id counts once), each "
         "looked up rather than the DLQ walked: `charon insights` writes such requests for each failure "
-        "signature. The other filters apply too; an id that is not a message of this DLQ is passed over.",
+        "signature. The other filters apply too; an id that is not a message of this DLQ, or that was "
+        "dead-lettered after the redrive began, is passed over.",
     )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pipeline import trends
 from pipeline.errors import NothingToAnalyse
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def analyse(
     """The tables of TABLES, each sorted as analysis.ORDER says. `step` is told each step's name as it
     starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors);
     `since_ms`: the previous run's last death, after which a signature's messages are `recent`; `top`: the
-    signatures (the most messages first) whose ids signature_ids lists."""
+    signatures (the most messages first) whose ids signature_ids lists, with the fix-first one."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -84,7 +85,7 @@ def analyse(
             order = [(column, how, "at_start") for column, how in analysis.ORDER[name]]
             tables[name] = frame.toArrow().sort_by(order)
         step("signature ids")
-        top_keys = [(r["project"], r["signature"]) for r in tables["signatures"].slice(0, top).to_pylist()]
+        top_keys = trends.redrive_keys(tables["signatures"].to_pylist(), top)
         order = [(column, how, "at_start") for column, how in analysis.ORDER["signature_ids"]]
         tables["signature_ids"] = analysis.signature_ids(enriched, top_keys).toArrow().sort_by(order)
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]

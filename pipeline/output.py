@@ -26,7 +26,7 @@ def write(
 ) -> None:
     """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
     next run's comparison), the redrive requests of the top signatures' messages (out/redrive/, as
-    report.redrive_file names them), and out/report.html (`top` signatures and offenders). The signatures
+    report.redrive_request names them), and out/report.html (`top` signatures and offenders). The signatures
     table gets each one's `status` against `before`, the previous run (trends.status)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -47,11 +47,14 @@ def write(
         pq.write_table(table, run / "tables" / f"{name}.parquet")
     shutil.rmtree(out / "redrive", ignore_errors=True)  # the previous run's requests
     for r in insights.rows("signature_ids"):
-        body = {"filter": {"message_ids": r["ids"]}}
-        for dry_run in (True, False):
-            path = out / report.redrive_file(r["project"], r["signature"], r["dlq"], dry_run=dry_run)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({**body, "dry_run": True} if dry_run else body), encoding="utf-8")
+        request = report.redrive_request(r)
+        if request is None:
+            continue
+        dry, real, ids = request
+        (out / dry).parent.mkdir(parents=True, exist_ok=True)
+        body = {"filter": {"message_ids": ids}}
+        (out / dry).write_text(json.dumps({**body, "dry_run": True}), encoding="utf-8")
+        (out / real).write_text(json.dumps(body), encoding="utf-8")
     (out / "report.html").write_text(report.html(insights, top=top, before=before), encoding="utf-8")
     meta = {
         "at": now.isoformat(),

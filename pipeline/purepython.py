@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pipeline import trends
 from pipeline.analysis import (
     DISTINGUISHES,
     ERROR_FIELDS,
@@ -176,6 +177,8 @@ def analyse(
     records = list(records)
     deaths = [r["dead_lettered_at_ms"] for r in records if r["dead_lettered_at_ms"] is not None]
     recent_ms = recent_from(max(deaths, default=0), since_ms)
+    # the rate's bucket width from every death, with provenance or not, as the Spark job takes its span
+    width_ms = rate_width_s(min(deaths, default=0), max(deaths, default=0)) * 1000
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = defaultdict(list)
     sigs: dict[tuple[str, str], list[Row]] = defaultdict(list)
     bodies: dict[tuple[str, str], list[tuple[Mapping[str, Any], str]]] = defaultdict(list)
@@ -201,11 +204,11 @@ def analyse(
     signatures = _signatures(sigs, recent_ms)
     return {
         "by_source": _by_source(groups),
-        **_distributions(groups),
+        **_distributions(groups, width_ms),
         "signatures": signatures,
-        "signature_ids": _signature_ids(sigs, [(s["project"], s["signature"]) for s in signatures[:top]]),
+        "signature_ids": _signature_ids(sigs, trends.redrive_keys(signatures, top)),
         "signature_fields": _signature_fields(sigs),
-        "signature_rate": _signature_rate(sigs, groups),
+        "signature_rate": _signature_rate(sigs, width_ms),
         "rejections": _rejections(groups),
         "repeat_offenders": _offenders(bodies),
         "quality": [
@@ -251,9 +254,10 @@ def _by_source(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> lis
     return sorted(out, key=lambda r: (-r["messages"], r["project"], r["dlq"], r["source_queue"], r["reason"]))
 
 
-def _distributions(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> dict[str, list[Row]]:
+def _distributions(
+    groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]], width_ms: int
+) -> dict[str, list[Row]]:
     rows = [r for members in groups.values() for r in members]
-    width_ms = _width_ms(groups)
     rate: dict[tuple[Any, ...], int] = defaultdict(int)
     claims: dict[tuple[Any, ...], int] = defaultdict(int)
     ttd: dict[tuple[Any, ...], int] = defaultdict(int)
@@ -279,15 +283,7 @@ def _distributions(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) ->
     }
 
 
-def _width_ms(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> int:
-    times = [r["dead_lettered_at_ms"] for rows in groups.values() for r in rows]
-    return rate_width_s(min(times), max(times)) * 1000
-
-
-def _signature_rate(
-    sigs: Mapping[tuple[str, str], list[Row]], groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]
-) -> list[Row]:
-    width_ms = _width_ms(groups)
+def _signature_rate(sigs: Mapping[tuple[str, str], list[Row]], width_ms: int) -> list[Row]:
     counts = Counter(
         (project, sig, r["dead_lettered_at_ms"] // width_ms * width_ms)
         for (project, sig), rows in sigs.items()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from core.limits import is_name
+from core.limits import is_name, is_valid_id
 from pipeline import trends
 from pipeline.analysis import RECENT_S, TTD_BUCKETS, TTD_LAST
 
@@ -296,43 +296,58 @@ def _pretty(example: str | None) -> str:
 
 
 def curl(project: str, dlq: str, message_id: str) -> str:
-    """The command that fetches one dead letter with its provenance."""
+    """The command that fetches one dead letter with its provenance (every value quoted for the shell: read
+    from a file, a project, queue or id can hold anything)."""
     return (
         f'curl -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
-        f'"$BASE/v2/queues/{dlq}/messages/{message_id}?provenance=true"'
+        f'"$BASE"{shlex.quote(f"/v2/queues/{dlq}/messages/{message_id}?provenance=true")}'
     )
 
 
-def redrive_file(project: str, signature: str, dlq: str, *, dry_run: bool) -> str:
-    """Where output.write puts the redrive request of a signature's messages in one DLQ, under the output
-    directory: redrive/<project>/<signature>/<dlq>[.dry-run].json (a project id that is not a plain name is
-    written as the first 12 hex digits of its SHA-256)."""
-    folder = project if is_name(project) else hashlib.sha256(project.encode()).hexdigest()[:12]
-    return f"redrive/{folder}/{signature}/{dlq}{'.dry-run' if dry_run else ''}.json"
+def redrive_request(row: Mapping[str, Any]) -> tuple[str, str, list[str]] | None:
+    """For a signature_ids row: the dry run's and the redrive's request file, under the output directory
+    (redrive/<project>/<signature>/<dlq>/dry-run.json and redrive.json; a project id that is not a plain
+    name is written as ~ and the first 16 hex digits of its SHA-256), and the ids they list. None when the
+    DLQ is not a queue name or none of the ids is a message id (dead letters read from a file can say
+    anything), so no such path or request is ever written."""
+    ids = [i for i in row["ids"] if is_valid_id(i)]
+    if not ids or not is_name(row["dlq"]):
+        return None
+    project = row["project"]
+    folder = project if is_name(project) else "~" + hashlib.sha256(project.encode()).hexdigest()[:16]
+    base = f"redrive/{folder}/{row['signature']}/{row['dlq']}"
+    return f"{base}/dry-run.json", f"{base}/redrive.json", ids
 
 
 def redrive_curl(project: str, dlq: str, path: str) -> str:
     """The command that sends a redrive request file (run in the output directory)."""
     return (
         f'curl -X POST -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
-        f'-H "Content-Type: application/json" "$BASE/v2/queues/{dlq}/redrive" -d @{shlex.quote(path)}'
+        f'-H "Content-Type: application/json" "$BASE"{shlex.quote(f"/v2/queues/{dlq}/redrive")} '
+        f"-d @{shlex.quote(path)}"
     )
 
 
-def _redrive_notes(project: str, signature: str, rows: list[dict[str, Any]]) -> str:
+def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
+        request = redrive_request(r)
+        if request is None:
+            out.append(
+                f"<div class=muted>{escape(r['dlq'])}: no redrive request (not a queue name, or no message "
+                "ids)</div>"
+            )
+            continue
+        dry, real, ids = request
         some = (
             f"all {r['messages']:,}"
-            if r["messages"] == len(r["ids"])
-            else f"the earliest {len(r['ids']):,} of {r['messages']:,} (run insights again for the rest)"
+            if r["messages"] == len(ids)
+            else f"{len(ids):,} of {r['messages']:,} (the earliest; run insights again for the rest)"
         )
-        dry = redrive_file(project, signature, r["dlq"], dry_run=True)
-        real = redrive_file(project, signature, r["dlq"], dry_run=False)
+        commands = f"{redrive_curl(project, r['dlq'], dry)}\n{redrive_curl(project, r['dlq'], real)}"
         out.append(
             f"<div class=muted>redrive {some} in {escape(r['dlq'])} (from the output directory): "
-            f"the dry run, then the redrive</div>"
-            f"<pre>{escape(redrive_curl(project, r['dlq'], dry))}\n{escape(redrive_curl(project, r['dlq'], real))}</pre>"
+            f"the dry run, then the redrive</div><pre>{escape(commands)}</pre>"
         )
     return "".join(out)
 
@@ -396,7 +411,7 @@ def _fix_first(
         f" &middot; {ts(row['first_ms'])} to {ts(row['last_ms'])}</div>"
         f"<div>fields: {_field_notes(fields[key])}</div>"
         f"<pre>{escape(curl(row['project'], first['dlq'], first['id']))}</pre>"
-        f"{_redrive_notes(row['project'], row['signature'], redrives.get(key, []))}</div>"
+        f"{_redrive_notes(row['project'], redrives.get(key, []))}</div>"
     )
 
 
@@ -442,7 +457,7 @@ def _signature_cards(
             + f"</div><div>fields: {_field_notes(by_sig[(r['project'], r['signature'])])}</div>"
             f"<details><summary>examples</summary>{examples}"
             f"<pre>{escape(curl(r['project'], first['dlq'], first['id']))}</pre></details>"
-            f"{_redrive_notes(r['project'], r['signature'], redrives.get((r['project'], r['signature']), []))}"
+            f"{_redrive_notes(r['project'], redrives.get((r['project'], r['signature']), []))}"
             "</div>"
         )
     return "".join(cards)

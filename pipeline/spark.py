@@ -2,9 +2,9 @@
 tasks import (pipeline, storage, core) shipped to the executors, and the executors' Python probed.
 
 Nothing here assumes local mode: the master is the caller's, else spark-submit's, else local[*]; the code
-goes to a cluster's executors with addPyFile, as one archive per version of the code (named by its hash, so
-runs do not leave one each). Spark Connect (sc://) is refused: the job needs a classic session (addPyFile,
-the SparkContext's jobs).
+goes to a cluster's executors with addPyFile, as one archive per version of the code (named by its hash, in
+the user's own directory under the temporary one, so runs do not leave one each). Spark Connect (sc://) is
+refused: the job needs a classic session (addPyFile, the SparkContext's jobs).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -119,14 +120,27 @@ def _shipped_files() -> list[Path]:
     )
 
 
+def _own_directory() -> Path:
+    """<tmp>/charon-<uid>: this user's, 0700; another user's directory (or a symlink) there is refused."""
+    folder = Path(tempfile.gettempdir()) / f"charon-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise InsightsError(
+            f"{folder} is not a directory that only this user can write; remove it and retry."
+        )
+    return folder
+
+
 def code_archive() -> str:
-    """The --py-files archive of SHIPPED, in the temporary directory under a name from its content's hash:
-    made once per version of the code (atomically, so concurrent runs share it), reused by later runs."""
+    """The --py-files archive of SHIPPED, in this user's own directory under the temporary one, named by its
+    content's hash: made once per version of the code (atomically, so concurrent runs share it), reused by
+    later runs."""
     files = _shipped_files()
     digest = hashlib.sha256()
     for file in files:
         digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
-    path = Path(tempfile.gettempdir()) / f"charon-pipeline-{digest.hexdigest()[:16]}.zip"
+    path = _own_directory() / f"charon-pipeline-{digest.hexdigest()[:16]}.zip"
     if not path.exists():
         fd, partial = tempfile.mkstemp(prefix=path.stem, suffix=".part", dir=path.parent)
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:

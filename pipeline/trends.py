@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 GROWING = 1.5  # growing: dead-lettering since the previous run at this many times its rate in that run
 MAX_RUNS = 1000  # --keep-runs' bound
-KEEP_RUNS = 30  # runs kept in <out>/runs by default (the oldest are removed)
+KEEP_RUNS = 30  # runs of one scope kept in <out>/runs by default (the oldest are removed)
+STALE_S = 86_400  # a run directory without run.json this old was cut off: removed
 STATUSES = ("new", "growing", "steady", "quiet")
 
 
@@ -37,22 +39,34 @@ def scope(project: str | None, queues: Iterable[str] | None) -> dict[str, Any]:
     return {"project": project, "queues": sorted(queues) if queues else None}
 
 
+def _meta(run: Path) -> dict[str, Any] | None:
+    """A finished run's run.json, or None (cut off before it wrote one, or not ours)."""
+    try:
+        meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    ok = isinstance(meta.get("first_ms"), int) and isinstance(meta.get("last_ms"), int) and "scope" in meta
+    return meta if ok else None
+
+
 def previous(out: Path, this_scope: Mapping[str, Any]) -> Run | None:
-    """The newest kept run in `out` with this scope, else None."""
+    """The newest finished run in `out` with this scope, else None."""
     import pyarrow.parquet as pq
 
     runs = out / "runs"
     if not runs.is_dir():
         return None
     for run in sorted(runs.iterdir(), reverse=True):
+        meta = _meta(run)
+        if meta is None or meta["scope"] != this_scope:
+            continue
         try:
-            meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
-            if meta["scope"] != this_scope:
-                continue
             table = pq.read_table(
                 run / "tables" / "signatures.parquet", columns=["project", "signature", "messages"]
             )
-        except (OSError, ValueError, KeyError):  # a run cut off before it finished, or not ours
+        except (OSError, ValueError, KeyError):  # its tables are gone or not ours
             continue
         counts = {(r["project"], r["signature"]): r["messages"] for r in table.to_pylist()}
         return Run(run.name, meta["first_ms"], meta["last_ms"], meta["scope"], counts)
@@ -81,6 +95,16 @@ def fix_first(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return best if best is not None and best["recent"] > 0 else None
 
 
+def redrive_keys(rows: Sequence[Mapping[str, Any]], top: int) -> list[tuple[str, str]]:
+    """The (project, signature)s that get redrive requests: the report's `top` (rows in the signatures
+    table's order) and the fix-first one."""
+    keys = [(r["project"], r["signature"]) for r in rows[:top]]
+    first = fix_first(rows)
+    if first is not None and (first["project"], first["signature"]) not in keys:
+        keys.append((first["project"], first["signature"]))
+    return keys
+
+
 def start(out: Path, stamp: str) -> Path:
     """<out>/runs/<stamp>/ with its tables/ directory made."""
     run = out / "runs" / stamp
@@ -89,8 +113,18 @@ def start(out: Path, stamp: str) -> Path:
 
 
 def finish(run: Path, meta: Mapping[str, Any], keep_runs: int) -> None:
-    """run.json written last (a run without one is never compared with); runs beyond the newest `keep_runs`
-    removed."""
+    """run.json written last (a run without one is never compared with); then, of the finished runs with this
+    run's scope, all but the newest `keep_runs` removed, and runs that never finished once a day old (a run
+    of another scope, or one still being written, is left alone)."""
     (run / "run.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    for old in sorted(p for p in run.parent.iterdir() if p.is_dir())[:-keep_runs]:
-        shutil.rmtree(old, ignore_errors=True)
+    mine, cut_off = [], []
+    for other in sorted(p for p in run.parent.iterdir() if p.is_dir()):
+        found = _meta(other)
+        if found is None:
+            cut_off.append(other)
+        elif found["scope"] == meta["scope"]:
+            mine.append(other)
+    stale = time.time() - STALE_S
+    old = mine[:-keep_runs] + [p for p in cut_off if p.stat().st_mtime < stale]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)

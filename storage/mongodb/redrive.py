@@ -41,7 +41,7 @@ def task_of(doc: Doc) -> RedriveTask:
         status=doc[t.STATUS],
         created_ms=doc[t.CREATED],
         updated_ms=doc[t.UPDATED],
-        end_marker=doc[t.END],
+        end_marker=doc[t.IDS_END] if t.IDS_END in doc else doc[t.END],
         cursor=doc[t.CURSOR],
         scanned=doc[t.SCANNED],
         moved=doc[t.MOVED],
@@ -52,7 +52,8 @@ def task_of(doc: Doc) -> RedriveTask:
 
 async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: int, batch: int) -> Step:
     """Look at the next `batch` messages of DLQ `q` after the task's cursor (up to its end marker) and move
-    each live, unclaimed one that matches the task's filters to its destination (the task's, else the queue
+    each live, unclaimed one that matches the task's filters (a task of listed ids: the next `batch` ids,
+    each dead-lettered before the task began) to its destination (the task's, else the queue
     it was dead-lettered from): a new marker there, no claim, claim count 0, redrive count + 1. A move is
     guarded on the message still being in `q`, unclaimed, so a consumer that claims it meanwhile wins."""
     spec = task.spec
@@ -94,6 +95,8 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
         if doc[M.EXPIRES] <= now or not spec.matches(message):
             continue
         assert message.dead_letter is not None  # matches() holds only for dead letters
+        if spec.message_ids is not None and message.dead_letter.dead_lettered_at_ms > task.created_ms:
+            continue  # dead-lettered (again) after the task began: not its business, as for a walk by marker
         destination = spec.destination or message.dead_letter.source_queue
         if message.is_claimed(now) or destination == q.name:
             skipped += 1

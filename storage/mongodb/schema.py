@@ -231,7 +231,8 @@ class TaskFields:
     SPEC: str = "spec"  # RedriveSpec.to_dict()
     CREATED: str = "cr"
     UPDATED: str = "up"
-    END: str = "end"
+    END: str = "end"  # the DLQ's last marker when it began; 0 for a task of listed ids
+    IDS_END: str = "ids"  # a task of listed ids: how many (its cursor counts ids)
     CURSOR: str = "cursor"
     SCANNED: str = "scanned"
     MOVED: str = "moved"

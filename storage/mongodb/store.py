@@ -754,10 +754,10 @@ class MongoStore:
             t.SPEC: spec.to_dict(),
             t.CREATED: now,
             t.UPDATED: now,
-            # a task of listed ids counts ids (redrive.redrive_batch), else markers
-            t.END: len(spec.message_ids)
-            if spec.message_ids is not None
-            else int(counter.get(COUNTER.SEQ, 0)),
+            # a task of listed ids counts ids (redrive.redrive_batch); its END is 0, so that a process of an
+            # earlier version, which walks markers up to END, moves nothing of it
+            t.END: 0 if spec.message_ids is not None else int(counter.get(COUNTER.SEQ, 0)),
+            **({t.IDS_END: len(spec.message_ids)} if spec.message_ids is not None else {}),
             t.CURSOR: 0,
             t.SCANNED: 0,
             t.MOVED: 0,

@@ -33,6 +33,11 @@ async def run(store: Store, spec: RedriveSpec, batch: int = 2) -> RedriveTask:
     task_id = TaskId(uuid.uuid4().hex)
     task = await store.create_redrive(DLQ, task_id, spec, owner=OWNER, lease_ms=LEASE_MS)
     assert task.status == "running"
+    return await run_on(store, task_id, batch)
+
+
+async def run_on(store: Store, task_id: TaskId, batch: int = 2) -> RedriveTask:
+    """Step an existing task to its end."""
     for _ in range(100):
         task = await store.redrive_step(DLQ, task_id, owner=OWNER, lease_ms=LEASE_MS, batch=batch)
         if task.status != "running":
@@ -99,6 +104,31 @@ async def test_listed_ids_move_exactly_those(store: Store, clock: ManualClock) -
     assert (task.status, task.moved) == ("succeeded", 1)
     assert [m.body for m in await store.get_messages(Q, [ids[0]])] == ["m0"]
     assert task.spec.message_ids == (ids[0], ids[2], ids[4])  # kept with the task, in order
+
+
+async def test_listed_ids_dead_lettered_again_after_the_task_began_are_left(
+    store: Store, clock: ManualClock
+) -> None:
+    """A task that looks at a message again (resumed after its process died between moving it and recording
+    that; here: the message listed twice) must not move it again once it has died again: it was
+    dead-lettered after the task began."""
+    [first, second] = await dead_letter(store, Q, "first", "second")
+    task_id = TaskId(uuid.uuid4().hex)
+    spec = RedriveSpec(message_ids=(first, first, second))
+    await store.create_redrive(DLQ, task_id, spec, owner=OWNER, lease_ms=LEASE_MS)
+    clock.advance(1)
+    await store.redrive_step(DLQ, task_id, owner=OWNER, lease_ms=LEASE_MS, batch=1)  # moves `first`
+    assert [m.id for m in await store.get_messages(Q, [first])] == [first]
+    cid, claimed = await claim_ids(store, Q)  # `first` dies again (its queue's _max_claim_count is 1)
+    assert claimed == [first]
+    await store.release_claim(Q, cid)
+    assert [m.id for m in await store.get_messages(DLQ, [first])] == [first]
+    task = await run_on(store, task_id, batch=1)
+    assert (task.status, task.moved) == ("succeeded", 2)
+    assert [m.id for m in await store.get_messages(DLQ, [first])] == [first]  # left in the DLQ
+    assert [m.id for m in await store.get_messages(Q, [second])] == [second]
+    # the task's own record says where it stops by ids; a walk by markers up to its stored end finds nothing
+    assert task.end_marker == 3
 
 
 async def test_claimed_messages_are_skipped_and_later_ones_left(store: Store, clock: ManualClock) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import uuid
 from pathlib import Path
 
@@ -41,12 +42,17 @@ async def test_a_signatures_redrive_request_moves_exactly_its_messages(
         insights = aggregate.analyse(spark, frame, top=3)
         output.write(insights, tmp_path, top=3)
         top = insights.rows("signatures")[0]
-        [*requests] = (r for r in insights.rows("signature_ids") if r["signature"] == top["signature"])
+        [*requests] = (
+            r
+            for r in insights.rows("signature_ids")
+            if (r["project"], r["signature"]) == (top["project"], top["signature"])
+        )
         assert sum(r["messages"] for r in requests) == top["messages"]
         page = (tmp_path / "report.html").read_text()
         rq = requests[0]
-        dry = report.redrive_file(rq["project"], rq["signature"], rq["dlq"], dry_run=True)
-        real = report.redrive_file(rq["project"], rq["signature"], rq["dlq"], dry_run=False)
+        request = report.redrive_request(rq)
+        assert request is not None
+        dry, real, _ = request
         assert f"-d @{dry}" in page
         ids = {r["id"] for r in records if r["project"] == rq["project"] and r["queue"] == rq["dlq"]}
         wanted = set(json.loads((tmp_path / real).read_text())["filter"]["message_ids"])
@@ -91,3 +97,36 @@ async def test_a_signatures_redrive_request_moves_exactly_its_messages(
         if isinstance(store, MongoStore):
             await store.drop_collections()
         await store.aclose()
+
+
+def test_requests_and_commands_are_safe_whatever_the_input_says() -> None:
+    """Dead letters read from a file (`--input`) can name any queue and id: no path outside the output
+    directory, no request the API would refuse, no shell text that runs."""
+    good = "0" * 32
+    row = {
+        "project": "shop",
+        "signature": "ab" * 8,
+        "dlq": "orders",
+        "messages": 3,
+        "ids": [good, "x", "$(id)"],
+    }
+    request = report.redrive_request(row)
+    assert request is not None
+    dry, real, ids = request
+    assert ids == [good]
+    assert report.redrive_request({**row, "dlq": "../../../tmp/evil"}) is None
+    assert report.redrive_request({**row, "ids": ["$(touch /tmp/pwned)"]}) is None
+    # two DLQs whose names differ by a suffix get different files
+    other = report.redrive_request({**row, "dlq": "orders.dry-run"})
+    assert other is not None
+    assert len({dry, real, *other[:2]}) == 4
+    hostile = "shop'; touch /tmp/pwned; echo '"
+    weird = report.redrive_request({**row, "project": hostile})
+    assert weird is not None
+    assert weird[0].startswith("redrive/~")
+    assert ".." not in weird[0]
+    line = report.redrive_curl(hostile, "orders", weird[0])
+    assert f"X-Project-ID: {hostile}" in shlex.split(line)
+    fetch = shlex.split(report.curl(hostile, "q$(id)", "$(id)"))
+    assert f"X-Project-ID: {hostile}" in fetch
+    assert "$BASE/v2/queues/q$(id)/messages/$(id)?provenance=true" in fetch  # quoted: no substitution

@@ -88,7 +88,30 @@ def test_runs_beyond_keep_runs_are_removed_and_cut_off_runs_ignored(
         output.write(insights, tmp_path, top=5, scope=scope, keep_runs=2)
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 2
+    other = trends.scope("corpus", ["orders.dlq"])
+    output.write(insights, tmp_path, top=5, scope=other, keep_runs=1)  # another scope's runs stay
+    assert len(list((tmp_path / "runs").iterdir())) == 3
     (runs[1] / "run.json").unlink()  # as if that run had been killed before it finished
     before = trends.previous(tmp_path, scope)
     assert before is not None
     assert before.stamp == runs[0].name
+    (runs[0] / "run.json").write_text("[]")  # not ours: ignored, not fatal
+    assert trends.previous(tmp_path, scope) is None
+
+
+def test_a_death_without_provenance_widens_the_rate_buckets_in_both(spark: SparkSession) -> None:
+    """The rate's bucket width comes from the span of every death, as the Spark job takes it; the oracle
+    once took it from the messages with provenance only, and the two disagreed."""
+    records, _ = corpus.generate(per_cause=2)
+    stray = {
+        **records[0],
+        "id": "stray",
+        "source_queue": None,
+        "dead_lettered_at_ms": corpus.START_MS + 30 * 86_400_000,
+    }
+    records.append(stray)
+    insights = aggregate.analyse(spark, spark.createDataFrame(records, DDL))
+    expected = purepython.analyse(records)
+    assert insights.rate_width_s == 6 * 3600  # 30 days in at most 120 buckets
+    for name in TABLES:
+        assert insights.rows(name) == expected[name], name

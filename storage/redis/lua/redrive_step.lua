@@ -7,8 +7,9 @@
 -- and the task's progress are in this one script, so a task resumed after a crash moves nothing twice and
 -- its counts are exact. A moved message gets a new marker in its destination, no claim, claim count 0, and
 -- its provenance's redrive count goes up by one. Claimed messages, and ones with nowhere to go, are skipped.
--- A task of listed message ids looks up the next `batch` of its ids instead (its cursor counts ids); an id
--- that is not a message of this DLQ (any more) is scanned and passed over.
+-- A task of listed message ids looks up the next `batch` of its ids instead (its cursor and end count ids);
+-- an id that is not a message of this DLQ (any more), or that was dead-lettered (again) after the task
+-- began, is scanned and passed over.
 local prefix, name, now, K = queue_script()
 local owner, lease_ms, batch = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local tk = KEYS[9]
@@ -16,6 +17,8 @@ local t = redis.call('HMGET', tk, 'q', 'status', 'owner', 'cursor', 'end', 'scan
                      'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec', 'fids')
 if t[1] ~= name then return redis.error_reply('CHARON_NO_TASK No such redrive task on queue ' .. name .. '.') end
 local status, cursor, last = t[2], tonumber(t[4]), tonumber(t[5])
+local listed = t[18] and t[18] ~= ''
+if listed then last = tonumber(t[18]) end  -- its end counts ids ('end' is 0: see task_create.lua)
 local scanned, moved, skipped = tonumber(t[6]), tonumber(t[7]), tonumber(t[8])
 if status ~= 'running' or t[3] ~= owner then
   return {0, status, cursor, scanned, moved, skipped, last, t[15], t[16], t[17], t[3]}
@@ -49,10 +52,13 @@ local function redrive(id, to, f)
   redis.call('HINCRBY', K.queue, 'n_rd', 1)
 end
 
+local created = tonumber(t[15])
+
 local function step(id)
   scanned = scanned + 1
   local f = redis.call('HMGET', message_key(prefix, id), 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc', 'q')
-  if f[8] == name and f[1] and tonumber(f[1]) > now and matches(f) then
+  if f[8] == name and f[1] and tonumber(f[1]) > now and matches(f)
+     and not (listed and tonumber(f[6]) > created) then
     local to = dest ~= '' and dest or f[4]
     if (f[2] ~= '' and tonumber(f[3]) > now) or to == name then
       skipped = skipped + 1
@@ -66,12 +72,12 @@ local function step(id)
 end
 
 local looked
-if t[18] and t[18] ~= '' then  -- listed ids
-  local listed = cjson.decode(t[17]).message_ids
+if listed then
+  local ids = cjson.decode(t[17]).message_ids
   looked = 0
-  for i = cursor + 1, math.min(cursor + batch, #listed) do
+  for i = cursor + 1, math.min(cursor + batch, #ids) do
     cursor, looked = i, looked + 1
-    if step(listed[i]) then break end
+    if step(ids[i]) then break end
   end
   looked = looked * 2  -- as ZRANGEBYSCORE ... WITHSCORES counts below
 else

@@ -7,11 +7,14 @@
 -- message ids (n_ids given; the ids are in spec_json) looks each one up instead, its cursor counting ids.
 local _, name, now, K = queue_script()
 local task_id = ARGV[7]
-local last = tonumber(ARGV[15]) or tonumber(redis.call('HGET', K.queue, 'seq') or '0')
+-- a task of listed ids has 'end' 0 (a process of an earlier version, walking markers up to 'end', moves
+-- nothing of it) and its number of ids in 'fids'
+local n_ids = tonumber(ARGV[15])
+local last = n_ids and 0 or tonumber(redis.call('HGET', K.queue, 'seq') or '0')
 local tk = KEYS[9]
 redis.call('HSET', tk, 'q', name, 'status', 'running', 'cr', now, 'up', now, 'end', last, 'cursor', 0,
            'scanned', 0, 'moved', 0, 'skipped', 0, 'spec', ARGV[8], 'dest', ARGV[9], 'fsrc', ARGV[10],
            'frsn', ARGV[11], 'fafter', ARGV[12], 'fbefore', ARGV[13], 'limit', ARGV[14], 'fids', ARGV[15],
            'owner', ARGV[16], 'lease', now + tonumber(ARGV[17]))
 redis.call('ZADD', KEYS[10], now, task_id)
-return last
+return n_ids or last
