@@ -4,10 +4,11 @@ masked, and the body's shape, as one key) and against the Drain3 template miner 
 Datadog Log Patterns, Loki and others), on the raw error texts and on the masked ones.
 
 The corpus is tests/pipeline/corpus.py: causes of known identity, ids in 8 spellings, times in 5 formats,
-optional fields, nested errors, bodies that are not JSON objects. For each approach: the number of groups,
-the causes split over more than one group, the groups that mix causes, and error texts grouped per second on
-one core (from the raw text: masking, hashing or mining; Drain3's through a pipe, in batches). Drain3 pins
-cachetools 4, which Charon's own dependencies exclude, so it runs in its own
+optional fields, nested errors, bodies that are not JSON objects, and two causes without any error text
+(which insights tells apart by how they died; the others are given that as their text). For each approach:
+the number of groups, the causes split over more than one group, the groups that mix causes, and error
+texts grouped per second on one core (from the raw text: masking, hashing or mining; Drain3's through a
+pipe, in batches). Drain3 pins cachetools 4, which Charon's own dependencies exclude, so it runs in its own
 virtualenv (.bench/drain3-venv, made on first use from PyPI) reading the texts on stdin.
 
 Run: .venv/bin/python -m bench.signatures [--per-cause N]
@@ -106,7 +107,14 @@ def insights_signature(record: Mapping[str, Any]) -> str:
         body = json.loads(record["body"])
     except ValueError:
         body = None
-    return purepython.signature(purepython.error_text(body if isinstance(body, dict) else None, record))
+    error = purepython.error_text(body if isinstance(body, dict) else None, record)
+    return purepython.signature(error, record["source_queue"], record["reason"])
+
+
+def fallback(raw: str, record: Mapping[str, Any]) -> str:
+    """The text the other approaches group: the raw error text, else how the message died (what insights
+    hashes when there is no error text), so that all compare on the same information."""
+    return raw or f"died in {record['source_queue']} ({record['reason']})"
 
 
 def _old(raw: str, shape: str) -> str:
@@ -149,13 +157,19 @@ def main() -> None:
         groups, rate = timed(fn, n)
         results[name] = {**score(groups, ids, cause_of), "texts_per_s": round(rate)}
 
-    ours = [purepython.signature(purepython.normalise(raw)) for _, raw, _, _ in rows]
-    assert ours == [insights_signature(r) for r in records]  # the bench's texts are insights' texts
+    def ours() -> list[str]:
+        return [
+            purepython.signature(purepython.normalise(raw), r["source_queue"], r["reason"])
+            for (_, raw, _, _), r in zip(rows, records, strict=True)
+        ]
+
+    assert ours() == [insights_signature(r) for r in records]  # the bench's texts are insights' texts
+    run("insights: masked error text", ours)
+    texts_of = [fallback(raw, r) for (_, raw, _, _), r in zip(rows, records, strict=True)]
     run(
-        "insights: masked error text",
-        lambda: [purepython.signature(purepython.normalise(raw)) for _, raw, _, _ in rows],
+        "before issue 23: old masks, and the shape",
+        lambda: [_old(text, shape) for text, (_, _, _, shape) in zip(texts_of, rows, strict=True)],
     )
-    run("before issue 23: old masks, and the shape", lambda: [_old(raw, shape) for _, raw, _, shape in rows])
     python = drain3_python()
     with subprocess.Popen(
         [str(python), "-c", DRAIN3_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -168,10 +182,10 @@ def main() -> None:
             drain.stdin.flush()  # type: ignore[union-attr]
             return list(json.loads(drain.stdout.readline()))  # type: ignore[union-attr]
 
-        run("Drain3 on the raw error text", lambda: mine([raw for _, raw, _, _ in rows]))
+        run("Drain3 on the raw error text", lambda: mine(texts_of))
         run(
             "Drain3 on insights' masked error text",
-            lambda: mine([purepython.normalise(raw) or "" for _, raw, _, _ in rows]),
+            lambda: mine([purepython.normalise(t) or "" for t in texts_of]),
         )
         drain.stdin.close()
     causes = len(set(cause_of.values()))

@@ -10,8 +10,9 @@ enrich() parses each body once (try_parse_json, to a VARIANT) and adds what the 
   error       the failure text: the first of ERROR_FIELDS a JSON object body has (an object there: its first
               MESSAGE_FIELDS, else its JSON), else the consumer's rejection description, else its rejection
               reason; normalised by MASKS so that it does not vary with ids, values and times
-  signature   the first SIGNATURE_CHARS hex digits of the SHA-256 of `error` ("" when there is none): a
-              failure signature is a project's messages with one error text, whatever their body's shape
+  signature   the first SIGNATURE_CHARS hex digits of the SHA-256 of `error`, or when there is none of
+              "\n<source queue>\n<reason>" (no error text: what is known of the cause is where and how
+              it died): a failure signature is a project's messages with one cause, whatever their bodies
   fields      the body's top-level field names (sorted, the first MAX_FIELDS), for the field detail
   body_hash   the first 16 hex digits of the SHA-256 of the body's canonical JSON (keys sorted)
 The aggregates then group the enriched rows; purepython.py computes the same numbers the same way.
@@ -157,7 +158,7 @@ def enrich(records: DataFrame) -> DataFrame:
             F.coalesce("redrive_count", F.lit(0)).alias("redrive_count"),
             F.when(ok, numbers_as_number(schema)).alias("shape"),
             "error",
-            signature_of(F.col("error")).alias("signature"),
+            signature_of(F.col("error"), F.col("source_queue"), F.col("reason")).alias("signature"),
             "rejection_reason",
             F.when(
                 ok, F.slice(F.array_sort(F.array_distinct(F.json_object_keys("body"))), 1, MAX_FIELDS)
@@ -198,8 +199,10 @@ def error_text(v: Column) -> Column:
     return normalise(F.coalesce(*found, F.col("rejection_description"), F.col("rejection_reason")))
 
 
-def signature_of(error: Column) -> Column:
-    return F.substring(F.sha2(F.coalesce(error, F.lit("")), 256), 1, SIGNATURE_CHARS)
+def signature_of(error: Column, source_queue: Column, reason: Column) -> Column:
+    # a normalised error text has no newline (MASKS collapse whitespace), so the two kinds never meet
+    unknown = F.concat(F.lit("\n"), source_queue, F.lit("\n"), reason)
+    return F.substring(F.sha2(F.coalesce(error, unknown, F.lit("")), 256), 1, SIGNATURE_CHARS)
 
 
 def _ids(order: Column) -> Column:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pipeline import trends
 from pipeline.aggregate import Insights
-from pipeline.report import duration
+from pipeline.report import duration, untitled
 
 
 def write(
@@ -83,9 +83,7 @@ def summary(insights: Insights, out: Path, *, top: int) -> str:
     if sigs:
         lines += ["", f"  top failure signatures ({len(sigs):,} in all):"]
         for s in sigs[:top]:
-            lines.append(
-                f"  {s['messages']:>9,}  {(s['error'] or '(no error text)')[:80]:<80}  {s['signature']}"
-            )
+            lines.append(f"  {s['messages']:>9,}  {(s['error'] or untitled(s))[:80]:<80}  {s['signature']}")
     offenders = insights.rows("repeat_offenders")
     if offenders:
         worst = offenders[0]

@@ -126,7 +126,9 @@ def error_text(body: Mapping[str, Any] | None, record: Mapping[str, Any]) -> str
     return normalise(given if given is not None else record.get("rejection_reason"))
 
 
-def signature(error: str | None) -> str:
+def signature(error: str | None, source_queue: str | None = None, reason: str | None = None) -> str:
+    if error is None and source_queue is not None and reason is not None:
+        error = f"\n{source_queue}\n{reason}"
     return hashlib.sha256((error or "").encode()).hexdigest()[:SIGNATURE_CHARS]
 
 
@@ -198,7 +200,7 @@ def analyse(
             "fields": sorted(body)[:MAX_FIELDS] if name == "ok" else None,
             "example": None if text is None else text[:EXAMPLE_CHARS],
         }
-        sigs[(r["project"], signature(error))].append(row)
+        sigs[(r["project"], signature(error, r["source_queue"], r["reason"]))].append(row)
         if text is not None:
             bodies[(r["project"], text)].append((row, text))
     signatures = _signatures(sigs, recent_ms)

@@ -295,6 +295,11 @@ def _pretty(example: str | None) -> str:
     return "\n".join(lines[:EXAMPLE_LINES] + (["…"] if len(lines) > EXAMPLE_LINES else []))
 
 
+def untitled(row: Mapping[str, Any]) -> str:
+    """A signature without error text is its messages' source queue and reason."""
+    return f"no error text: died in {', '.join(row['source_queues'])} ({', '.join(row['reasons'])})"
+
+
 def curl(project: str, dlq: str, message_id: str) -> str:
     """The command that fetches one dead letter with its provenance (every value quoted for the shell: read
     from a file, a project, queue or id can hold anything)."""
@@ -404,7 +409,7 @@ def _fix_first(
     return (
         f"<div class=fix><h2>Fix first{_badge(row.get('status'))}</h2>"
         f"<div><b>{row['recent']:,}</b> dead letters {window} ({row['messages']:,} in all) with "
-        + (f"<code>{escape(row['error'])}</code>" if row["error"] else "no error text")
+        + (f"<code>{escape(row['error'])}</code>" if row["error"] else escape(untitled(row)))
         + f"</div>{chart(*key)}"
         f"<div class=muted>signature <code>{row['signature']}</code> &middot; {escape(row['project'])} &middot; "
         f"from {escape(', '.join(row['source_queues']))} &middot; {escape(', '.join(row['reasons']))}"
@@ -427,7 +432,9 @@ def _signature_cards(
     cards = []
     for r in rows:
         error = (
-            f"<code>{escape(r['error'])}</code>" if r["error"] else "<span class=muted>no error text</span>"
+            f"<code>{escape(r['error'])}</code>"
+            if r["error"]
+            else f"<span class=muted>{escape(untitled(r))}</span>"
         )
         first = r["examples"][0]
         shape = (

@@ -167,6 +167,9 @@ def _causes(ids: Ids) -> dict[str, Callable[[], Death]]:
             f"cannot parse the body at byte {r.randint(0, 4000)}",
         ),
         "bad-sku": lambda: (order(sku=f"SKU-{ids.alnum(5)}"), "rejected", "bad_sku", None),
+        # no error text at all: what is known of the cause is how the message died
+        "silent-crash": lambda: (order(), "max_claims", None, None),
+        "never-consumed": lambda: ({"session": ids.any(), "user": r.randint(1, 999)}, "expired", None, None),
     }
 
 

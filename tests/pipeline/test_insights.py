@@ -121,7 +121,7 @@ def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLette
         assert pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist() == insights.rows(name)
     html = (tmp_path / "report.html").read_text()
     top = insights.rows("signatures")[0]
-    assert escape(top["error"] or "no error text") in html
+    assert escape(top["error"] or report.untitled(top)) in html
     assert top["signature"] in html
     assert escape(report.curl("shop", top["examples"][0]["dlq"], top["examples"][0]["id"])) in html
     assert "<svg" in html

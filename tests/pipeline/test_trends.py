@@ -75,7 +75,7 @@ def test_a_second_run_says_what_is_new_growing_steady_or_quiet(spark: SparkSessi
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 2
     assert json.loads((runs[1] / "run.json").read_text())["compared_with"] == runs[0].name
-    assert pq.read_table(runs[0] / "tables" / "signatures.parquet").num_rows == 13  # the first run's, kept
+    assert pq.read_table(runs[0] / "tables" / "signatures.parquet").num_rows == 15  # the first run's, kept
 
 
 def test_runs_beyond_keep_runs_are_removed_and_cut_off_runs_ignored(
