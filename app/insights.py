@@ -27,7 +27,7 @@ from core.errors import CharonError
 from pipeline import DEFAULT_MAX_BODY_BYTES, load, trends
 from pipeline.errors import InsightsError, NothingToAnalyse
 
-EXIT_FAILED, EXIT_EMPTY = 1, 3
+EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 1, 2, 3
 
 
 def _say(command: str, text: str) -> None:
@@ -111,6 +111,12 @@ def add_insights_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--keep-messages", action="store_true", help="also write every analysed message (Parquet)")
     p.add_argument(
+        "--since-last",
+        action="store_true",
+        help="read only what was dead-lettered since the previous run into --out with the same --project "
+        "and --queue (per DLQ, from the marker that run stopped at); exit 3 when nothing was",
+    )
+    p.add_argument(
         "--keep-runs",
         type=bounded(1, trends.MAX_RUNS),
         default=trends.KEEP_RUNS,
@@ -133,7 +139,12 @@ def run_insights(args: argparse.Namespace) -> int:
             _say("insights", text)
 
     try:
-        store = None
+        if args.since_last and args.input:
+            _say("insights", "--since-last reads a store (--storage-uri), not --input files")
+            return EXIT_USAGE
+        scope = trends.scope(args.project, args.queues)
+        before = trends.previous(out, scope)
+        store, ranges = None, None
         if not args.input:
             store = store_of(args)
             if store is None:
@@ -142,14 +153,21 @@ def run_insights(args: argparse.Namespace) -> int:
                     "or --input FILE.jsonl"
                 )
             extents = load.dead_letter_queues(store, args.project, args.queues)
+            # a run reads each DLQ up to the marker it sees now; --since-last from where the last run stopped
+            ranges = load.ranges_from(extents, before.markers if args.since_last and before else {})
+            if args.since_last and before and all(after >= upto for *_, after, upto in ranges):
+                raise NothingToAnalyse(f"nothing was dead-lettered since the previous run ({before.stamp}).")
             say(
                 f"{sum(e.count for e in extents):,} messages in {len(extents)} DLQ(s): "
                 + ", ".join(f"{e.project}/{e.queue}" for e in extents[:5])
                 + (" ..." if len(extents) > 5 else "")
+                + (
+                    f"; reading what arrived since the previous run, {before.stamp}"
+                    if args.since_last and before
+                    else ""
+                )
             )
         out.mkdir(parents=True, exist_ok=True)
-        scope = trends.scope(args.project, args.queues)
-        before = trends.previous(out, scope)
         if before:
             say(f"comparing with the previous run, {before.stamp} (its last death {before.last_ms} ms)")
         started = time.monotonic()
@@ -169,6 +187,7 @@ def run_insights(args: argparse.Namespace) -> int:
                 queues=args.queues,
                 partitions=args.partitions,
                 max_body_bytes=args.max_body_bytes,
+                ranges=ranges,
             )
         with Progress(session, label="charon insights", quiet=args.quiet) as progress:
             insights = aggregate.analyse(
@@ -180,7 +199,16 @@ def run_insights(args: argparse.Namespace) -> int:
                 top=args.top,
             )
         insights.timings["session_s"] = round(session_s, 3)
-        output.write(insights, out, top=args.top, scope=scope, before=before, keep_runs=args.keep_runs)
+        output.write(
+            insights,
+            out,
+            top=args.top,
+            scope=scope,
+            before=before,
+            keep_runs=args.keep_runs,
+            markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
+            since_last=bool(args.since_last and before),
+        )
     except InsightsError as e:
         _say("insights", str(e))
         return _exit_code(e)

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import purepython
-from pipeline.analysis import ERROR_FIELDS, MESSAGE_FIELDS
 from tests.pipeline import corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,16 +88,9 @@ def texts(records: list[dict[str, Any]]) -> list[tuple[str, str, str | None, str
 
 def _raw_error(body: Mapping[str, Any] | None, record: Mapping[str, Any]) -> str:
     """The text purepython.error_text masks, before its masks (whitespace collapsed)."""
-    text = record.get("rejection_description") or record.get("rejection_reason") or ""
-    for name in ERROR_FIELDS:
-        value = (body or {}).get(name)
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            value = next((value[k] for k in MESSAGE_FIELDS if value.get(k) is not None), value)
-        text = value if isinstance(value, str) else purepython.canonical(value)
-        break
-    return " ".join(text.split())
+    return (
+        purepython.error_text(body, record, clean=lambda t: None if t is None else " ".join(t.split())) or ""
+    )
 
 
 def insights_signature(record: Mapping[str, Any]) -> str:

@@ -15,6 +15,9 @@ Options:
   numPartitions   about how many partitions to cut (default 8); each is one DLQ's marker range
   maxBodyBytes    a longer body is read as null, its length kept (default records.DEFAULT_MAX_BODY_BYTES)
   nowMs           skip messages expired at this time (default: when the read is planned)
+  markers         JSON [[pool, project, queue, after, upto], ...]: read only these DLQs, and of each only the
+                  messages with markers in (after, upto] (charon insights: a run reads up to the markers it
+                  saw when it began, and --since-last from where the previous run stopped)
 Partitioning: by queue (and pool), then by marker range within a queue (plan()), so the reads run in
 parallel. Each partition opens its own export in the task and yields Arrow RecordBatches, one per page.
 
@@ -24,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -84,10 +88,25 @@ class CharonReader(DataSourceReader):
         self.max_body_bytes = int(options.get("maxBodyBytes") or DEFAULT_MAX_BODY_BYTES)
         now = options.get("nowMs")
         self.now_ms = int(now) if now else None
+        ranges = options.get("markers")
+        self.ranges = (
+            {
+                (pool, project, queue): (after, upto)
+                for pool, project, queue, after, upto in json.loads(ranges)
+            }
+            if ranges
+            else None
+        )
 
     def partitions(self) -> Sequence[InputPartition]:
         export = open_export(self.uri, namespace=self.namespace, pooled=self.pooled)
         extents = export.extents(self.project, self.queues)
+        if self.ranges is not None:  # only these DLQs, in these marker ranges
+            extents = [
+                part
+                for e in extents
+                if e.key in self.ranges and (part := e.within(*self.ranges[e.key])) is not None
+            ]
         return [SlicePartition(s) for s in plan(extents, slices=self.partitions_wanted, now_ms=self.now_ms)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -7,8 +7,9 @@ dead_letter_queues() asks it, before Spark starts, what there is to read.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,20 @@ class DeadLetterStore:
 
     def open(self) -> DeadLetterExport:
         return open_export(self.uri, namespace=self.namespace, pooled=self.pooled)
+
+
+# A DLQ's marker range to read: (pool, project, queue, after, upto), markers in (after, upto].
+Range = tuple[str | None, str, str, int, int]
+
+
+def ranges_from(extents: Sequence[Extent], after: Mapping[tuple[str | None, str, str], int]) -> list[Range]:
+    """Each DLQ from the marker `after` says it was read to (0: from its start) up to its highest now. A DLQ
+    whose highest marker is below that was deleted and made again (markers start over): read whole."""
+    out = []
+    for e in extents:
+        start = after.get(e.key, 0)
+        out.append((e.pool, e.project, e.queue, 0 if e.hi < start else start, e.hi))
+    return out
 
 
 def dead_letter_queues(
@@ -58,9 +73,11 @@ def from_store(
     partitions: int | None = None,
     max_body_bytes: int,
     now_ms: int | None = None,
+    ranges: Sequence[Range] | None = None,
 ) -> DataFrame:
     """The store's dead letters, read by the `charon` data source in `partitions` partitions (default: 4 per
-    core Spark has), skipping messages expired at `now_ms` (default: now)."""
+    core Spark has), skipping messages expired at `now_ms` (default: now); with `ranges`, only those DLQs'
+    messages with markers in (after, upto]."""
     reader = (
         spark.read.format("charon")
         .option("uri", store.uri)
@@ -74,6 +91,8 @@ def from_store(
         reader = reader.option("project", project)
     if queues:
         reader = reader.option("queues", ",".join(queues))
+    if ranges is not None:
+        reader = reader.option("markers", json.dumps([list(r) for r in ranges]))
     return reader.load()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,14 @@ def write(
     scope: Mapping[str, Any] | None = None,
     before: trends.Run | None = None,
     keep_runs: int = trends.KEEP_RUNS,
+    markers: Sequence[tuple[str | None, str, str, int]] = (),
+    since_last: bool = False,
 ) -> None:
     """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
-    next run's comparison), the redrive requests of the top signatures' messages (out/redrive/, as
-    report.redrive_request names them), and out/report.html (`top` signatures and offenders). The signatures
-    table gets each one's `status` against `before`, the previous run (trends.status)."""
+    next run's comparison and, with `markers`, where `--since-last` goes on from), the redrive requests of
+    the top signatures' messages (out/redrive/, as report.redrive_request names them), and out/report.html
+    (`top` signatures and offenders). The signatures table gets each one's `status` against `before`, the
+    previous run (trends.status)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -63,6 +66,8 @@ def write(
         "last_ms": insights.last_ms,
         "messages": insights.total,
         "compared_with": before.stamp if before else None,
+        "since_last": since_last,  # its tables hold only what arrived after the run compared with
+        "markers": [list(m) for m in markers],  # per DLQ, the highest marker read
     }
     trends.finish(run, meta, keep_runs)
 

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pipeline import trends
@@ -112,18 +112,23 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else canonical(value)
 
 
-def error_text(body: Mapping[str, Any] | None, record: Mapping[str, Any]) -> str | None:
-    """`body`: the parsed body when it is a JSON object, else None."""
+def error_text(
+    body: Mapping[str, Any] | None,
+    record: Mapping[str, Any],
+    clean: Callable[[str | None], str | None] = normalise,
+) -> str | None:
+    """`body`: the parsed body when it is a JSON object, else None; `clean`: what is done to the text found
+    (the masks; bench/signatures.py gives the text to other groupings unmasked)."""
     for name in ERROR_FIELDS:
         value = (body or {}).get(name)
         if value is None:
             continue
         if isinstance(value, dict):
             inner = next((value[k] for k in MESSAGE_FIELDS if value.get(k) is not None), None)
-            return normalise(_text(value if inner is None else inner))
-        return normalise(_text(value))
+            return clean(_text(value if inner is None else inner))
+        return clean(_text(value))
     given = record.get("rejection_description")
-    return normalise(given if given is not None else record.get("rejection_reason"))
+    return clean(given if given is not None else record.get("rejection_reason"))
 
 
 def signature(error: str | None, source_queue: str | None = None, reason: str | None = None) -> str:

@@ -13,7 +13,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Run:
     last_ms: int
     scope: dict[str, Any]
     signatures: dict[tuple[str, str], int]
+    # per DLQ (pool, project, queue): the highest marker it read, where `--since-last` goes on from
+    markers: dict[tuple[str | None, str, str], int] = field(default_factory=dict)
 
 
 def scope(project: str | None, queues: Iterable[str] | None) -> dict[str, Any]:
@@ -69,7 +71,11 @@ def previous(out: Path, this_scope: Mapping[str, Any]) -> Run | None:
         except (OSError, ValueError, KeyError):  # its tables are gone or not ours
             continue
         counts = {(r["project"], r["signature"]): r["messages"] for r in table.to_pylist()}
-        return Run(run.name, meta["first_ms"], meta["last_ms"], meta["scope"], counts)
+        markers = {}
+        for entry in meta.get("markers") or []:
+            if isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], int):
+                markers[(entry[0], entry[1], entry[2])] = entry[3]
+        return Run(run.name, meta["first_ms"], meta["last_ms"], meta["scope"], counts, markers)
     return None
 
 

@@ -55,6 +55,20 @@ class Extent:
     hi: int
     pool: str | None = None
 
+    @property
+    def key(self) -> tuple[str | None, str, str]:
+        """Which DLQ: (pool, project, queue)."""
+        return (self.pool, self.project, self.queue)
+
+    def within(self, after: int, upto: int) -> Extent | None:
+        """The part of the extent with markers in (after, upto], its count estimated in proportion to the
+        marker range (it only weighs the read's partitions); None when nothing is left."""
+        lo, hi = max(self.lo, after + 1), min(self.hi, upto)
+        if lo > hi:
+            return None
+        share = (hi - lo + 1) / (self.hi - self.lo + 1)
+        return Extent(self.project, self.queue, max(1, round(self.count * share)), lo, hi, self.pool)
+
     def cut(self, n: int, *, now_ms: int) -> list[Slice]:
         """The extent as (at most) `n` slices of equal marker ranges."""
         width = -(-(self.hi - self.lo + 1) // max(1, n))

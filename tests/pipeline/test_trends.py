@@ -4,6 +4,7 @@ growing, steady or quiet against the first, and which to fix first; runs keep th
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from app.cli import main
+from core.clock import ManualClock
+from core.models import QueueRef
 from pipeline import aggregate, output, purepython, trends
 from pipeline.aggregate import TABLES
 from pipeline.records import DDL
+from storage.registry import open_store
+from tests.contract.helpers import claim_ids, post, set_meta
 from tests.pipeline import corpus
 
 pytestmark = pytest.mark.timeout(300)
@@ -115,3 +121,40 @@ def test_a_death_without_provenance_widens_the_rate_buckets_in_both(spark: Spark
     assert insights.rate_width_s == 6 * 3600  # 30 days in at most 120 buckets
     for name in TABLES:
         assert insights.rows(name) == expected[name], name
+
+
+async def test_since_last_reads_only_what_arrived_since_the_previous_run(
+    spark: SparkSession, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    clock = ManualClock()
+    store = open_store(redis_url, namespace=namespace, clock=clock)
+    orders = QueueRef("shop", "orders")
+    await set_meta(store, orders, _max_claim_count=1, _dead_letter_queue="orders.dlq")
+
+    async def die(*bodies: object) -> None:  # one claim each, then released: dead-lettered (max_claims)
+        await post(store, orders, *bodies)
+        claim, _ = await claim_ids(store, orders)
+        await store.release_claim(orders, claim)
+
+    try:
+        await die(*({"error": f"boom in step {i}"} for i in range(5)))
+        argv = ["insights", "--storage-uri", redis_url, "--namespace", namespace, "--out", str(tmp_path),
+                "--master", "local[2]", "--quiet"]  # fmt: skip
+        assert main(argv) == 0
+        assert main([*argv, "--since-last"]) == 3  # nothing new: nothing to analyse
+        assert "nothing was dead-lettered since the previous run" in capsys.readouterr().err
+        clock.advance(60)
+        await die(*({"error": f"crash {i}"} for i in range(3)))
+        assert main([*argv, "--since-last"]) == 0
+        sigs = pq.read_table(tmp_path / "tables" / "signatures.parquet").to_pylist()
+        assert [(s["error"], s["messages"], s["status"]) for s in sigs] == [("crash <*>", 3, "new")]
+        runs = sorted((tmp_path / "runs").iterdir())
+        first, last = (json.loads((r / "run.json").read_text()) for r in (runs[0], runs[-1]))
+        assert (first["since_last"], last["since_last"]) == (False, True)
+        assert first["markers"] == [[None, "shop", "orders.dlq", 5]]
+        assert last["markers"] == [[None, "shop", "orders.dlq", 8]]
+        files = ["insights", "--input", str(tmp_path / "x.jsonl"), "--out", str(tmp_path), "--since-last"]
+        assert main(files) == 2  # a usage error: it reads a store
+    finally:
+        await store.aclose()
