@@ -8,7 +8,7 @@ CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --namespac
 CHARON_NAMESPACE; --storage-uri names one store, read as it is, pooling or not (store_of). The checks that
 fail fast (the store, Java) run before Spark starts. Only --keep-messages writes from the executors, so its
 --out must be a path every node sees (or hdfs://, s3a://...).
-Exit codes: 0 done, 1 cannot run (the message says why), 3 nothing to analyse.
+Exit codes: 0 done, 1 cannot run (the message says why), 2 a usage error, 3 nothing to analyse.
 """
 
 from __future__ import annotations
@@ -213,7 +213,8 @@ def run_insights(args: argparse.Namespace) -> int:
         _say("insights", str(e))
         return _exit_code(e)
     except Exception as e:  # a Spark failure: one line, the rest is in spark.log
-        _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {out / 'spark.log'})")
+        where = "spark-submit's output" if spark.submitted() else out / "spark.log"
+        _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {where})")
         return EXIT_FAILED
     sys.stdout.write(output.summary(insights, out, top=5) + "\n")
     return 0

@@ -39,12 +39,14 @@ Range = tuple[str | None, str, str, int, int]
 
 
 def ranges_from(extents: Sequence[Extent], after: Mapping[tuple[str | None, str, str], int]) -> list[Range]:
-    """Each DLQ from the marker `after` says it was read to (0: from its start) up to its highest now. A DLQ
-    whose highest marker is below that was deleted and made again (markers start over): read whole."""
+    """Each DLQ from the marker `after` says it was read to (0: from its start) up to its highest now, and
+    never below where it was read to: a DLQ whose newest messages were redriven, deleted or expired has
+    nothing new (markers only grow; a DLQ deleted and made again starts them over, and is read again once
+    they pass that marker, or by a run without --since-last)."""
     out = []
     for e in extents:
         start = after.get(e.key, 0)
-        out.append((e.pool, e.project, e.queue, 0 if e.hi < start else start, e.hi))
+        out.append((e.pool, e.project, e.queue, start, max(e.hi, start)))
     return out
 
 

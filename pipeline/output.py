@@ -65,6 +65,7 @@ def write(
         "first_ms": insights.first_ms,
         "last_ms": insights.last_ms,
         "messages": insights.total,
+        "rate_width_s": insights.rate_width_s,  # the width of the rate tables' buckets
         "compared_with": before.stamp if before else None,
         "since_last": since_last,  # its tables hold only what arrived after the run compared with
         "markers": [list(m) for m in markers],  # per DLQ, the highest marker read

@@ -347,7 +347,7 @@ def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
         some = (
             f"all {r['messages']:,}"
             if r["messages"] == len(ids)
-            else f"{len(ids):,} of {r['messages']:,} (the earliest; run insights again for the rest)"
+            else f"the earliest {len(ids):,} of {r['messages']:,} (a request lists at most 1,000)"
         )
         commands = f"{redrive_curl(project, r['dlq'], dry)}\n{redrive_curl(project, r['dlq'], real)}"
         out.append(

@@ -75,6 +75,11 @@ def check_java() -> None:
         )
 
 
+def submitted() -> bool:
+    """Whether spark-submit started the JVM (and chose the master): its output is then spark-submit's."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def session(master: str | None = None) -> SparkSession:
     """The SparkSession (an existing one is reused), with the `charon` data source registered and our code
     shipped to the executors. The master: `master`, else spark-submit's, else local[*]. In local mode the
@@ -84,13 +89,13 @@ def session(master: str | None = None) -> SparkSession:
     from pipeline.datasource import CharonDataSource
 
     refuse_connect(master)
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM and chose the master
+    is_submitted = submitted()
     fresh = SparkSession.getActiveSession() is None
-    if fresh and not submitted:
+    if fresh and not is_submitted:
         master = master or "local[*]"
         check_java()
     builder = SparkSession.builder.appName("charon-insights").config("spark.sql.session.timeZone", "UTC")
-    if fresh and not submitted:  # the driver JVM starts here: its log configuration with it
+    if fresh and not is_submitted:  # the driver JVM starts here: its log configuration with it
         builder = builder.config(
             "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}"
         )
@@ -180,7 +185,14 @@ def probe_executors(spark: SparkSession) -> None:
             f"{sys.version_info.major}.{sys.version_info.minor} with Charon's packages on every worker "
             f"(e.g. the virtualenv's bin/python made by make install)."
         ) from None
+    driver = f"{sys.version_info.major}.{sys.version_info.minor}"
     for executable, version, missing in sorted(found):
+        if version != driver:
+            raise InsightsError(
+                f"the executors' Python ({executable}) is {version}, the driver's {driver}: set "
+                f"PYSPARK_PYTHON to a Python {driver} with Charon's packages on every worker (e.g. the "
+                "virtualenv's bin/python made by make install)."
+            )
         if missing:
             raise InsightsError(
                 f"the executors' Python ({executable}, {version}) lacks {', '.join(missing)}: set "

@@ -15,9 +15,10 @@ from pyspark.sql import SparkSession
 from app.cli import main
 from core.clock import ManualClock
 from core.models import QueueRef
-from pipeline import aggregate, output, purepython, trends
+from pipeline import aggregate, load, output, purepython, trends
 from pipeline.aggregate import TABLES
 from pipeline.records import DDL
+from storage.export import Extent
 from storage.registry import open_store
 from tests.contract.helpers import claim_ids, post, set_meta
 from tests.pipeline import corpus
@@ -158,3 +159,14 @@ async def test_since_last_reads_only_what_arrived_since_the_previous_run(
         assert main(files) == 2  # a usage error: it reads a store
     finally:
         await store.aclose()
+
+
+def test_since_last_never_reads_below_where_the_previous_run_stopped() -> None:
+    dlq = Extent("shop", "orders.dlq", 10, 1, 10)
+    key = dlq.key
+    assert load.ranges_from([dlq], {}) == [(None, "shop", "orders.dlq", 0, 10)]  # a first run: all
+    assert load.ranges_from([dlq], {key: 4}) == [(None, "shop", "orders.dlq", 4, 10)]
+    # its newest were redriven or deleted since: nothing new, not the whole DLQ again
+    assert load.ranges_from([dlq], {key: 12}) == [(None, "shop", "orders.dlq", 12, 12)]
+    assert dlq.within(12, 12) is None
+    assert dlq.within(4, 10) == Extent("shop", "orders.dlq", 6, 5, 10)
