@@ -23,6 +23,7 @@ from core.clock import ManualClock
 from core.models import (
     DeadLetterReason,
     Idempotency,
+    MessageId,
     NewMessage,
     RedriveSpec,
     Rejection,
@@ -181,6 +182,11 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
     await store.create_redrive(DLQ, task_id, RedriveSpec(limit=1), owner="me", lease_ms=10_000)
     task = await store.redrive_step(DLQ, task_id, owner="me", lease_ms=10_000, batch=10)
     assert (task.status, task.moved) == ("succeeded", 1)
+    listed = TaskId(uuid.uuid4().hex)  # a task of listed ids (one that names no message: passed over)
+    spec = RedriveSpec(message_ids=(MessageId(uuid.uuid4().hex),))
+    await store.create_redrive(DLQ, listed, spec, owner="me", lease_ms=10_000)
+    task = await store.redrive_step(DLQ, listed, owner="me", lease_ms=10_000, batch=10)
+    assert (task.status, task.scanned, task.moved) == ("succeeded", 1, 0)
     await post(store, Q, "held", eligible=False)
     clock.advance(5)
     await claim_ids(store, Q)
