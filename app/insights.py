@@ -144,6 +144,7 @@ def run_insights(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         scope = trends.scope(args.project, args.queues)
         before = trends.previous(out, scope)
+        since = before if args.since_last else None  # the run --since-last goes on from
         store, ranges = None, None
         if not args.input:
             store = store_of(args)
@@ -154,18 +155,14 @@ def run_insights(args: argparse.Namespace) -> int:
                 )
             extents = load.dead_letter_queues(store, args.project, args.queues)
             # a run reads each DLQ up to the marker it sees now; --since-last from where the last run stopped
-            ranges = load.ranges_from(extents, before.markers if args.since_last and before else {})
-            if args.since_last and before and all(after >= upto for *_, after, upto in ranges):
-                raise NothingToAnalyse(f"nothing was dead-lettered since the previous run ({before.stamp}).")
+            ranges = load.ranges_from(extents, since.markers if since else {})
+            if since and all(after >= upto for *_, after, upto in ranges):
+                raise NothingToAnalyse(f"nothing was dead-lettered since the previous run ({since.stamp}).")
             say(
                 f"{sum(e.count for e in extents):,} messages in {len(extents)} DLQ(s): "
                 + ", ".join(f"{e.project}/{e.queue}" for e in extents[:5])
                 + (" ..." if len(extents) > 5 else "")
-                + (
-                    f"; reading what arrived since the previous run, {before.stamp}"
-                    if args.since_last and before
-                    else ""
-                )
+                + (f"; reading what arrived since the previous run, {since.stamp}" if since else "")
             )
         out.mkdir(parents=True, exist_ok=True)
         if before:
@@ -207,7 +204,7 @@ def run_insights(args: argparse.Namespace) -> int:
             before=before,
             keep_runs=args.keep_runs,
             markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
-            since_last=bool(args.since_last and before),
+            since_last=since is not None,
         )
     except InsightsError as e:
         _say("insights", str(e))

@@ -28,7 +28,6 @@ class Insights:
     total: int
     first_ms: int  # the first and last death analysed
     last_ms: int
-    recent_ms: int  # a signature's `recent` messages died after this (analysis.recent_from)
     timings: dict[str, float] = field(default_factory=dict)
 
     def rows(self, name: str) -> list[dict[str, Any]]:
@@ -80,14 +79,16 @@ def analyse(
             "quality": analysis.quality(enriched),
         }
         tables = {}
-        for name, frame in frames.items():
+
+        def collect(name: str, frame: DataFrame) -> None:
             step(name.replace("_", " "))
             order = [(column, how, "at_start") for column, how in analysis.ORDER[name]]
             tables[name] = frame.toArrow().sort_by(order)
-        step("signature ids")
-        top_keys = trends.redrive_keys(tables["signatures"].to_pylist(), top)
-        order = [(column, how, "at_start") for column, how in analysis.ORDER["signature_ids"]]
-        tables["signature_ids"] = analysis.signature_ids(enriched, top_keys).toArrow().sort_by(order)
+
+        for name, frame in frames.items():
+            collect(name, frame)
+        top_keys = trends.redrive_keys(tables["signatures"].to_pylist(), top)  # needs the signatures first
+        collect("signature_ids", analysis.signature_ids(enriched, top_keys))
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
         if keep:
             step("writing the messages")
@@ -101,6 +102,5 @@ def analyse(
         total=total,
         first_ms=first_ms or 0,
         last_ms=last_ms or 0,
-        recent_ms=recent_ms,
         timings={k: round(v, 3) for k, v in timings.items()},
     )

@@ -46,8 +46,9 @@ def write(
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     for name, table in insights.tables.items():
-        pq.write_table(table, tables / f"{name}.parquet")
-        pq.write_table(table, run / "tables" / f"{name}.parquet")
+        kept = run / "tables" / f"{name}.parquet"
+        pq.write_table(table, kept)
+        shutil.copyfile(kept, tables / f"{name}.parquet")
     shutil.rmtree(out / "redrive", ignore_errors=True)  # the previous run's requests
     for r in insights.rows("signature_ids"):
         request = report.redrive_request(r)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.limits import is_name, is_valid_id
 from pipeline import trends
-from pipeline.analysis import RECENT_S, TTD_BUCKETS, TTD_LAST
+from pipeline.analysis import RECENT_S, REDRIVE_IDS, TTD_BUCKETS, TTD_LAST
 
 if TYPE_CHECKING:
     from pipeline.aggregate import Insights
@@ -347,7 +347,7 @@ def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
         some = (
             f"all {r['messages']:,}"
             if r["messages"] == len(ids)
-            else f"the earliest {len(ids):,} of {r['messages']:,} (a request lists at most 1,000)"
+            else f"the earliest {len(ids):,} of {r['messages']:,} (a request lists at most {REDRIVE_IDS:,})"
         )
         commands = f"{redrive_curl(project, r['dlq'], dry)}\n{redrive_curl(project, r['dlq'], real)}"
         out.append(
@@ -391,6 +391,15 @@ class Sparks:
         return "".join(out)
 
 
+def _where(row: Mapping[str, Any]) -> str:
+    """A signature's id, project, source queues, reasons and span, as a card's muted line."""
+    return (
+        f"<div class=muted>signature <code>{row['signature']}</code> &middot; {escape(row['project'])} &middot; "
+        f"from {escape(', '.join(row['source_queues']))} &middot; {escape(', '.join(row['reasons']))}"
+        f" &middot; {ts(row['first_ms'])} to {ts(row['last_ms'])}</div>"
+    )
+
+
 def _badge(status: str | None) -> str:
     return f"<span class='st {status}'>{status}</span>" if status else ""
 
@@ -411,10 +420,7 @@ def _fix_first(
         f"<div><b>{row['recent']:,}</b> dead letters {window} ({row['messages']:,} in all) with "
         + (f"<code>{escape(row['error'])}</code>" if row["error"] else escape(untitled(row)))
         + f"</div>{chart(*key)}"
-        f"<div class=muted>signature <code>{row['signature']}</code> &middot; {escape(row['project'])} &middot; "
-        f"from {escape(', '.join(row['source_queues']))} &middot; {escape(', '.join(row['reasons']))}"
-        f" &middot; {ts(row['first_ms'])} to {ts(row['last_ms'])}</div>"
-        f"<div>fields: {_field_notes(fields[key])}</div>"
+        f"{_where(row)}<div>fields: {_field_notes(fields[key])}</div>"
         f"<pre>{escape(curl(row['project'], first['dlq'], first['id']))}</pre>"
         f"{_redrive_notes(row['project'], redrives.get(key, []))}</div>"
     )
@@ -451,9 +457,7 @@ def _signature_cards(
         cards.append(
             f"<div class=sig><h3>{r['messages']:,} &middot; {error}{_badge(r.get('status'))}</h3>"
             f"{chart(r['project'], r['signature'])}<div class=muted>{r['recent']:,} {window}</div>"
-            f"<div class=muted>signature <code>{r['signature']}</code> &middot; {escape(r['project'])} &middot; "
-            f"from {escape(', '.join(r['source_queues']))} &middot; {escape(', '.join(r['reasons']))}"
-            f" &middot; {ts(r['first_ms'])} to {ts(r['last_ms'])}</div>"
+            f"{_where(r)}"
             + (
                 f"<div>rejected as: {escape(', '.join(r['rejection_reasons']))}</div>"
                 if r["rejection_reasons"]

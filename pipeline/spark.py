@@ -177,27 +177,24 @@ def probe_executors(spark: SparkSession) -> None:
 
     context = spark.sparkContext
     n = max(context.defaultParallelism, 1)
+    driver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    fix = (
+        f"set PYSPARK_PYTHON to a Python {driver} with Charon's packages on every worker (e.g. the "
+        "virtualenv's bin/python made by make install)"
+    )
     try:
         found = set(context.parallelize(range(n), n).map(_probe).collect())
     except (Py4JJavaError, PySparkException) as e:  # its worker did not start (another Python, no pyspark)
-        raise InsightsError(
-            f"the executors' Python cannot run the job: {failure(e)}. Set PYSPARK_PYTHON to a Python "
-            f"{sys.version_info.major}.{sys.version_info.minor} with Charon's packages on every worker "
-            f"(e.g. the virtualenv's bin/python made by make install)."
-        ) from None
-    driver = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise InsightsError(f"the executors' Python cannot run the job: {failure(e)}; {fix}.") from None
     for executable, version, missing in sorted(found):
         if version != driver:
             raise InsightsError(
-                f"the executors' Python ({executable}) is {version}, the driver's {driver}: set "
-                f"PYSPARK_PYTHON to a Python {driver} with Charon's packages on every worker (e.g. the "
-                "virtualenv's bin/python made by make install)."
+                f"the executors' Python ({executable}) is {version}, the driver's {driver}: {fix}."
             )
         if missing:
             raise InsightsError(
-                f"the executors' Python ({executable}, {version}) lacks {', '.join(missing)}: set "
-                f"PYSPARK_PYTHON to a Python with Charon's packages on every worker (e.g. the virtualenv's "
-                f"bin/python made by make install), or install them there: pip install {' '.join(missing)}."
+                f"the executors' Python ({executable}, {version}) lacks {', '.join(missing)}: {fix}, or "
+                f"install them there: pip install {' '.join(missing)}."
             )
 
 

@@ -21,7 +21,6 @@ GROWING = 1.5  # growing: dead-lettering since the previous run at this many tim
 MAX_RUNS = 1000  # --keep-runs' bound
 KEEP_RUNS = 30  # runs of one scope kept in <out>/runs by default (the oldest are removed)
 STALE_S = 86_400  # a run directory without run.json this old was cut off: removed
-STATUSES = ("new", "growing", "steady", "quiet")
 
 
 @dataclass(frozen=True)
