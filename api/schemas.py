@@ -329,6 +329,12 @@ class DeadLetterOut(BaseModel):
     first_enqueued_at: str
     redrive_count: int = Field(..., description="Times a redrive moved the message out of a DLQ.")
     rejection: RejectionOut | None = Field(None, description="For reason `rejected`: what the consumer gave.")
+    consumer: str | None = Field(
+        None,
+        description="EXT: the Client-ID of the consumer whose claim used up the last delivery (for "
+        "`expired`: the last claimer in the source queue), or that rejected the message; absent when no "
+        "claim held it.",
+    )
 
 
 class MessageOut(BaseModel):

@@ -52,6 +52,9 @@ class DeadLetter:
     first_enqueued_at_ms: int
     redrive_count: int = 0  # times a redrive moved it out of a DLQ (kept when it is dead-lettered again)
     rejection: Rejection | None = None  # reason "rejected": what the consumer said, if anything
+    # the Client-ID of the consumer whose claim used up the last delivery (the last claimer, for "expired"
+    # too), or that rejected it; None when no claim ever held it in the source queue
+    consumer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,8 @@ def message(m: Message, now_ms: int, *, provenance: bool = True) -> dict[str, An
             "first_enqueued_at": iso(d.first_enqueued_at_ms),
             "redrive_count": d.redrive_count,
         }
+        if d.consumer is not None:
+            out["dead_letter"]["consumer"] = d.consumer
         if d.rejection is not None:
             out["dead_letter"]["rejection"] = {
                 k: v

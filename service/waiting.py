@@ -45,15 +45,18 @@ class LongPolls:
     def waiting(self) -> int:
         return sum(len(line) for line in self._lines.values())
 
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait: int) -> ClaimResult:
-        """Claim up to `limit` messages; when none is claimable, wait up to `wait` seconds for some."""
+    async def claim(
+        self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait: int, client_id: str = ""
+    ) -> ClaimResult:
+        """Claim up to `limit` messages for `client_id`; when none is claimable, wait up to `wait` seconds
+        for some."""
         store = self._store()
         if wait <= 0 or self._closed:
-            return await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+            return await store.claim(q, ttl=ttl, grace=grace, limit=limit, client_id=client_id)
         if self.waiting >= self._max or q not in self._listened:
             # a claim that cannot wait, or on a queue not listened to here yet: a busy queue answers without
             # a subscription (and its round trip)
-            result = await store.claim(q, ttl=ttl, grace=grace, limit=limit)
+            result = await store.claim(q, ttl=ttl, grace=grace, limit=limit, client_id=client_id)
             if result.claim is not None:
                 return result
         if self.waiting >= self._max:  # looked at again: no await between it and joining the line
@@ -70,7 +73,12 @@ class LongPolls:
                 waiter.woken.clear()  # before the claim: a wake-up during it is not lost
                 left_ms = deadline - self._clock.now_ms()
                 result = await store.claim(
-                    q, ttl=ttl, grace=grace, limit=limit, wait_ms=max(left_ms, 0) + 1000
+                    q,
+                    ttl=ttl,
+                    grace=grace,
+                    limit=limit,
+                    wait_ms=max(left_ms, 0) + 1000,
+                    client_id=client_id,
                 )
                 if result.claim is not None or left_ms <= 0 or self._closed:
                     return result

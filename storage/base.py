@@ -173,14 +173,18 @@ class MessageStore(Protocol):
 
 
 class ClaimStore(Protocol):
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
+    async def claim(
+        self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0, client_id: str = ""
+    ) -> ClaimResult:
         """Claim up to `limit` claimable messages, oldest first, in one atomic step.
 
         Each claimed message's claim_count is incremented in that step and it lives at least until the claim
-        ends plus `grace`. A message whose claim_count already equals the queue's `_max_claim_count` is moved
-        to the DLQ (or discarded when none is set) instead, and picking goes on until `limit` messages are
-        claimed or none is left. `claim` is None when nothing was claimed; then `next_ms` says when a message
-        becomes claimable by time alone. `wait_ms` > 0: a long poll that will wait that long when nothing
+        ends plus `grace`; `client_id` (the claimer's Client-ID) is kept on it as its last claimer, the
+        consumer a dead-letter move out of this queue names (DeadLetter.consumer). A message whose
+        claim_count already equals the queue's `_max_claim_count` is moved to the DLQ (or discarded when
+        none is set) instead, and picking goes on until `limit` messages are claimed or none is left.
+        `claim` is None when nothing was claimed; then `next_ms` says when a message becomes claimable by
+        time alone. `wait_ms` > 0: a long poll that will wait that long when nothing
         is claimable, and wants to be told (`wakeups`) when something becomes so.
         """
 
@@ -214,10 +218,17 @@ class ClaimStore(Protocol):
         """
 
     async def dead_letter_message(
-        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+        self,
+        q: QueueRef,
+        message_id: MessageId,
+        *,
+        claim_id: ClaimId,
+        rejection: Rejection,
+        client_id: str = "",
     ) -> bool:
-        """Move a message the claim holds to the queue's DLQ now, reason "rejected" with `rejection` in its
-        provenance; True when moved, False when discarded (posted with dead_letter_eligible false).
+        """Move a message the claim holds to the queue's DLQ now, reason "rejected" with `rejection` and
+        the rejecter's `client_id` (DeadLetter.consumer; '' = the last claimer's) in its provenance; True
+        when moved, False when discarded (posted with dead_letter_eligible false).
 
         Raises:
             MessageNotFound, ClaimMismatch: as release_message.

@@ -38,6 +38,7 @@ COLUMNS = (
     "redrive_count",  # None is 0
     "rejection_reason",
     "rejection_description",
+    "consumer",  # the Client-ID of the consumer that failed (DeadLetter.consumer)
 )
 
 Value = bytes | str | int | None

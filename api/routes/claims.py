@@ -89,9 +89,9 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
     grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
     if wait:
         polls: LongPolls = request.app.state.long_polls
-        result = await polls.claim(call.q, ttl=ttl, grace=grace, limit=size, wait=wait)
+        result = await polls.claim(call.q, ttl=ttl, grace=grace, limit=size, wait=wait, client_id=call.client)
     else:
-        result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size)
+        result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size, client_id=call.client)
     if result.claim is None:
         return Response(status_code=204)
     now = call.clock.now_ms()

@@ -368,5 +368,6 @@ async def dead_letter_message(
         mid,
         claim_id=params.claim_id,
         rejection=Rejection(reason=body.reason, description=body.description),
+        client_id=call.client,
     )
     return json_response({"outcome": "moved" if moved else "discarded"})

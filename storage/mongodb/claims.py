@@ -24,8 +24,10 @@ async def take_messages(
     until: int,
     keep_until: int,
     limit: int,
+    client_id: str = "",
 ) -> tuple[list[Doc] | None, int, int]:
-    """Claim up to `limit` messages of `q` for `claim_id` until `until`, oldest first; returns (the claimed
+    """Claim up to `limit` messages of `q` for `claim_id` (by `client_id`, kept on each as its last
+    claimer) until `until`, oldest first; returns (the claimed
     messages' documents as they now are, dead-lettered, discarded). The documents are the candidates read
     with the changes the claim made; when a round lost some of its candidates to another claimer, which
     ones it got is known only by reading them back (claimed is then None; the caller reads).
@@ -53,10 +55,12 @@ async def take_messages(
         m, d = await dead_letter(c, q, policy, spent, now=now, reason="max_claims")
         moved, discarded = moved + m, discarded + d
         fresh = [d for d in candidates if not policy.exhausted(d[M.CLAIM_COUNT])]
-        n = await _claim_fresh(c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until)
+        n = await _claim_fresh(
+            c, policy, fresh, guard, claim_id, until=until, keep_until=keep_until, client_id=client_id
+        )
         got += n
         if claimed is not None and n == len(fresh):
-            claimed += [_as_claimed(d, claim_id, until, keep_until, policy) for d in fresh]
+            claimed += [_as_claimed(d, claim_id, until, keep_until, policy, client_id) for d in fresh]
         elif n:
             claimed = None
         if got >= limit:
@@ -64,12 +68,15 @@ async def take_messages(
     return claimed if got else [], moved, discarded
 
 
-def _as_claimed(doc: Doc, claim_id: ClaimId, until: int, keep_until: int, policy: QueuePolicy) -> Doc:
+def _as_claimed(
+    doc: Doc, claim_id: ClaimId, until: int, keep_until: int, policy: QueuePolicy, client_id: str
+) -> Doc:
     """A candidate's document with what _claim_fresh wrote to it."""
     wait = policy.backoff.wait_ms(doc[M.ID], doc[M.CLAIM_COUNT] + 1) if policy.backoff else 0
     return {
         **doc,
         M.CLAIM: claim_id,
+        M.CLAIMER: client_id,
         M.CLAIM_END: until,
         M.VISIBLE: until + wait,
         M.CLAIM_COUNT: doc[M.CLAIM_COUNT] + 1,
@@ -86,6 +93,7 @@ async def _claim_fresh(
     *,
     until: int,
     keep_until: int,
+    client_id: str,
 ) -> int:
     """Claim the `fresh` candidates that still match `guard`; returns how many were claimed.
 
@@ -96,7 +104,7 @@ async def _claim_fresh(
     if not fresh:
         return 0
     update: Doc = {
-        "$set": {M.CLAIM: claim_id, M.CLAIM_END: until, M.VISIBLE: until},
+        "$set": {M.CLAIM: claim_id, M.CLAIM_END: until, M.VISIBLE: until, M.CLAIMER: client_id},
         "$inc": {M.CLAIM_COUNT: 1},
         "$max": {M.EXPIRES: keep_until, M.GC: gc_at(keep_until)},
     }
@@ -110,7 +118,13 @@ async def _claim_fresh(
         groups.setdefault((cc, backoff.wait_ms(d[M.ID], cc + 1)), []).append(d[M.ID])
     got = 0
     for (cc, wait), ids in groups.items():
-        set_fields = {M.CLAIM: claim_id, M.CLAIM_END: until, M.VISIBLE: until + wait, M.BACKOFF: wait}
+        set_fields = {
+            M.CLAIM: claim_id,
+            M.CLAIM_END: until,
+            M.VISIBLE: until + wait,
+            M.BACKOFF: wait,
+            M.CLAIMER: client_id,
+        }
         r = await c.messages.update_many(
             {M.ID: {"$in": ids}, **guard, M.CLAIM_COUNT: cc}, {**update, "$set": set_fields}
         )

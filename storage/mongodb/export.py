@@ -41,6 +41,7 @@ DEAD_LETTER_COLUMNS = {
     "redrive_count": DL.REDRIVES,
     "rejection_reason": DL.REJECT_REASON,
     "rejection_description": DL.REJECT_DESCRIPTION,
+    "consumer": DL.CONSUMER,
 }
 PROJECTION = {M.MARKER: 1, M.BODY: 1, M.CREATED: 1, M.CLAIM_COUNT: 1, M.DEAD_LETTER: 1}
 

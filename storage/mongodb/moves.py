@@ -20,7 +20,7 @@ from core.models import DeadLetterReason, QueueRef, Rejection
 from storage.mongodb.counters import count, ensure_queue, move_with_markers
 from storage.mongodb.outbox import move_notifying, subscribers
 from storage.mongodb.queries import Doc, lapsed
-from storage.mongodb.schema import COUNTER, UNCLAIMED, Collections, by_reason, gc_at
+from storage.mongodb.schema import COUNTER, MOVED_OUT, UNCLAIMED, Collections, by_reason, gc_at
 from storage.mongodb.schema import DEAD_LETTER as DL
 from storage.mongodb.schema import MESSAGE as M
 
@@ -38,9 +38,11 @@ async def dead_letter(
     now: int,
     reason: DeadLetterReason,
     rejection: Rejection | None = None,
+    consumer: str = "",
 ) -> tuple[int, int]:
     """Move each (message document, guard) of `src` to the policy's DLQ, or discard it when there is none or
-    the message is not DLQ-eligible.
+    the message is not DLQ-eligible. The provenance names `consumer` (the rejecter), or when '' the
+    message's last claimer in `src`, if it had one.
 
     A message moves only if it still is in `src` and matches its guard. Returns (moved, discarded). The moved
     message carries no claim, is claimable at once and gets a new marker in the DLQ. Its ttl there: the DLQ
@@ -82,6 +84,8 @@ async def dead_letter(
             provenance[DL.REJECT_REASON] = rejection.reason
         if rejection is not None and rejection.description is not None:
             provenance[DL.REJECT_DESCRIPTION] = rejection.description
+        if who := consumer or doc.get(M.CLAIMER):
+            provenance[DL.CONSUMER] = who
         fields = {
             M.CLAIM_COUNT: 0,
             M.AVAILABLE: now,
@@ -93,7 +97,7 @@ async def dead_letter(
             M.DEAD_LETTER: provenance,
         }
         match = {M.ID: doc[M.ID], M.PROJECT: src.project, M.QUEUE: src.name, **guard}
-        writes.append((match, {"$set": fields, "$unset": UNCLAIMED}))
+        writes.append((match, {"$set": fields, "$unset": MOVED_OUT}))
     if owed_to := await subscribers(c, target, dlq, now):
         moved = await move_notifying(c, target, writes, owed_to, now=now)
     else:

@@ -31,6 +31,7 @@ MOVE_FIELDS = {
     M.CLAIM_END: 1,
     M.NOT_ELIGIBLE: 1,
     M.VISIBLE: 1,
+    M.CLAIMER: 1,
 }
 # What a claim reads of its candidates: everything but the indexing fields, so that it can answer with the
 # messages it claimed without reading them again.

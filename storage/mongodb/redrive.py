@@ -12,9 +12,9 @@ from storage.mongodb.queries import Doc, not_claimed
 from storage.mongodb.schema import (
     COUNTER,
     MARKER_INDEX,
+    MOVED_OUT,
     REDRIVES_PATH,
     TASK,
-    UNCLAIMED,
     Collections,
     message_of,
 )
@@ -116,7 +116,7 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
             }
             update = {
                 "$set": {M.CLAIM_COUNT: 0, M.VISIBLE: now, M.AVAILABLE: now},
-                "$unset": UNCLAIMED,
+                "$unset": MOVED_OUT,
                 "$inc": {REDRIVES_PATH: 1},
             }
             writes.append((match, update))

@@ -129,6 +129,7 @@ class MessageFields:
     CLAIM_END: str = "ce"
     BACKOFF: str = "bo"
     NOT_ELIGIBLE: str = "ne"
+    CLAIMER: str = "ccl"  # the Client-ID of its last claimer in this queue (a dead-letter move takes it)
     DEAD_LETTER: str = "dl"  # DeadLetterFields
     GC: str = "gc"
 
@@ -145,6 +146,7 @@ class DeadLetterFields:
     REDRIVES: str = "rc"
     REJECT_REASON: str = "rr"
     REJECT_DESCRIPTION: str = "rd"
+    CONSUMER: str = "cl"  # DeadLetter.consumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +318,8 @@ DELIVERED = dict.fromkeys(
 )
 # The $unset that takes a message out of its claim (with the claim's redelivery wait); shared, never mutated.
 UNCLAIMED: Mapping[str, str] = {MESSAGE.CLAIM: "", MESSAGE.CLAIM_END: "", MESSAGE.BACKOFF: ""}
+# The $unset of a move to another queue (dead letter, redrive): its last claimer belongs to the queue it left.
+MOVED_OUT: Mapping[str, str] = {**UNCLAIMED, MESSAGE.CLAIMER: ""}
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,6 +524,7 @@ def message_of(doc: dict[str, Any]) -> Message:
             first_enqueued_at_ms=dl[d.FIRST],
             redrive_count=dl.get(d.REDRIVES, 0),
             rejection=rejection,
+            consumer=dl.get(d.CONSUMER),
         )
     return Message(
         id=MessageId(doc[m.ID]),

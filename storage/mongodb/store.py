@@ -562,7 +562,9 @@ class MongoStore:
     # -- claims -------------------------------------------------------------------------------------------
 
     @_op
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
+    async def claim(
+        self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0, client_id: str = ""
+    ) -> ClaimResult:
         """The claim's record first, then its messages: a failure between them leaves a record holding
         nothing (dropped by its TTL index), never messages held by a claim nobody was told of. The messages
         are answered from what the claim read and wrote, without reading them again."""
@@ -583,7 +585,7 @@ class MongoStore:
         }
         await self._c.claims.insert_one({**record, c.GC: gc_at(keep)})
         claimed, moved, discarded = await take_messages(
-            self._c, q, policy, claim_id, now=now, until=ce, keep_until=keep, limit=limit
+            self._c, q, policy, claim_id, now=now, until=ce, keep_until=keep, limit=limit, client_id=client_id
         )
         if claimed == []:
             await after_commit(self._c.claims.delete_one({c.ID: claim_id}), "dropping an empty claim")
@@ -714,7 +716,13 @@ class MongoStore:
 
     @_op
     async def dead_letter_message(
-        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+        self,
+        q: QueueRef,
+        message_id: MessageId,
+        *,
+        claim_id: ClaimId,
+        rejection: Rejection,
+        client_id: str = "",
     ) -> bool:
         now = self._now()
         doc = await self._held_one(q, message_id, claim_id, now)
@@ -732,6 +740,7 @@ class MongoStore:
             now=now,
             reason="rejected",
             rejection=rejection,
+            consumer=client_id,
         )
         if not moved and not discarded:  # the claim ended between the read and the move
             raise ClaimMismatch(f"Claim {claim_id} no longer holds message {message_id}.")

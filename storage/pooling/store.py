@@ -337,14 +337,16 @@ class PooledStore:
 
     # -- claims --------------------------------------------------------------------------------------------
 
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
+    async def claim(
+        self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0, client_id: str = ""
+    ) -> ClaimResult:
         store = await self._route(q)
         if store is None:
             if wait_ms > 0:  # a long poll on a queue not placed yet: its first post may go to any pool
                 for _, pool_store in await self._each_pool():
                     await pool_store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms)
             return ClaimResult(claim=None)
-        return await store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms)
+        return await store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms, client_id=client_id)
 
     async def acknowledge_claim(self, q: QueueRef, claim_id: ClaimId) -> int:
         store = await self._route(q)
@@ -377,10 +379,16 @@ class PooledStore:
         )
 
     async def dead_letter_message(
-        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+        self,
+        q: QueueRef,
+        message_id: MessageId,
+        *,
+        claim_id: ClaimId,
+        rejection: Rejection,
+        client_id: str = "",
     ) -> bool:
         return await (await self._route_message(q, message_id)).dead_letter_message(
-            q, message_id, claim_id=claim_id, rejection=rejection
+            q, message_id, claim_id=claim_id, rejection=rejection, client_id=client_id
         )
 
     async def _route_message(self, q: QueueRef, message_id: MessageId) -> Store:

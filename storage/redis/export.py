@@ -36,6 +36,7 @@ COLUMN_FIELDS = {
     "redrive_count": MessageField.REDRIVES,
     "rejection_reason": MessageField.REJECT_REASON,
     "rejection_description": MessageField.REJECT_DESCRIPTION,
+    "consumer": MessageField.DL_CONSUMER,
 }
 _FIELD_ARGS = [str(MessageField.EXPIRES), *(str(f) for f in COLUMN_FIELDS.values())]
 _WIDTH = 2 + len(COLUMN_FIELDS)

@@ -124,6 +124,7 @@ class MessageField(StrEnum):
     CLAIM_COUNT = "cc"
     AVAILABLE = "av"  # claimable from (ms)
     NOT_ELIGIBLE = "ne"  # '1': posted with dead_letter_eligible false
+    CLAIMER = "ccl"  # the Client-ID of its last claimer in this queue (a dead-letter move takes it)
     # provenance, written by a dead-letter move
     DL_SOURCE = "dsrc"
     DL_REASON = "drsn"
@@ -133,6 +134,7 @@ class MessageField(StrEnum):
     REDRIVES = "drc"
     REJECT_REASON = "drr"
     REJECT_DESCRIPTION = "drd"
+    DL_CONSUMER = "dcl"  # DeadLetter.consumer
 
 
 class ClaimField(StrEnum):
@@ -394,7 +396,7 @@ _Q, _B, _T, _CR, _E, _CL, _C, _CE, _CC, _NE = (
         MessageField.NOT_ELIGIBLE,
     )
 )
-_DSRC, _DRSN, _DCC, _DAT, _DFIRST, _DRC, _DRR, _DRD = (
+_DSRC, _DRSN, _DCC, _DAT, _DFIRST, _DRC, _DRR, _DRD, _DCL = (
     f.value
     for f in (
         MessageField.DL_SOURCE,
@@ -405,6 +407,7 @@ _DSRC, _DRSN, _DCC, _DAT, _DFIRST, _DRC, _DRR, _DRD = (
         MessageField.REDRIVES,
         MessageField.REJECT_REASON,
         MessageField.REJECT_DESCRIPTION,
+        MessageField.DL_CONSUMER,
     )
 )
 
@@ -424,6 +427,7 @@ def dead_letter_of(f: Mapping[str, Any]) -> DeadLetter | None:
         first_enqueued_at_ms=int(f[_DFIRST]),
         redrive_count=int(f.get(_DRC, 0)),
         rejection=rejection,
+        consumer=f.get(_DCL),
     )
 
 

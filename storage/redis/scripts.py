@@ -289,13 +289,22 @@ class Scripts:
         return [t.project.claim(claim_id), t.project.claim_messages(claim_id)]
 
     async def claim(
-        self, t: Target, *, now: int, claim_id: str, ttl: int, grace: int, limit: int, wait_ms: int = 0
+        self,
+        t: Target,
+        *,
+        now: int,
+        claim_id: str,
+        ttl: int,
+        grace: int,
+        limit: int,
+        wait_ms: int = 0,
+        client_id: str = "",
     ) -> ClaimReply:
         """wait_ms > 0: a long poll that waits this long if nothing is claimable (sets the queue's `waiting`
         flag, so that what makes a message claimable publishes a wake-up)."""
         keys = self._claim_keys(t, claim_id)
         marks, dead_lettered, discarded, next_ms, *views = await self._queue(
-            "claim", t, now, [claim_id, ttl, grace, limit, wait_ms], keys
+            "claim", t, now, [claim_id, ttl, grace, limit, wait_ms, client_id], keys
         )
         return ClaimReply(marks, dead_lettered, discarded, next_ms or None, _messages(views))
 
@@ -337,9 +346,10 @@ class Scripts:
         claim_id: str,
         reason: str | None,
         description: str | None,
+        client_id: str = "",
     ) -> tuple[int, bool]:
         """lib.lua marks(), and True when moved, False when discarded (the message was not DLQ-eligible)."""
-        args = [message_id, claim_id, reason or "", description or ""]
+        args = [message_id, claim_id, reason or "", description or "", client_id]
         marks, outcome = await self._queue(
             "dead_letter_message", t, now, args, [t.project.message(message_id)]
         )

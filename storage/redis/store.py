@@ -397,12 +397,21 @@ class RedisStore:
 
     # -- claims -------------------------------------------------------------------------------------------
 
-    async def claim(self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0) -> ClaimResult:
+    async def claim(
+        self, q: QueueRef, *, ttl: int, grace: int, limit: int, wait_ms: int = 0, client_id: str = ""
+    ) -> ClaimResult:
         claim_id = ClaimId(new_id())
         t = await self._target(q)
         now = self._clock.now_ms()
         r = await self._scripts.claim(
-            t, now=now, claim_id=claim_id, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms
+            t,
+            now=now,
+            claim_id=claim_id,
+            ttl=ttl,
+            grace=grace,
+            limit=limit,
+            wait_ms=wait_ms,
+            client_id=client_id,
         )
         await self._scheduled(q, r.marks)
         claim = None
@@ -464,7 +473,13 @@ class RedisStore:
         await self._scheduled(q, marks)
 
     async def dead_letter_message(
-        self, q: QueueRef, message_id: MessageId, *, claim_id: ClaimId, rejection: Rejection
+        self,
+        q: QueueRef,
+        message_id: MessageId,
+        *,
+        claim_id: ClaimId,
+        rejection: Rejection,
+        client_id: str = "",
     ) -> bool:
         marks, moved = await self._scripts.dead_letter_message(
             await self._target(q),
@@ -473,6 +488,7 @@ class RedisStore:
             claim_id=claim_id,
             reason=rejection.reason,
             description=rejection.description,
+            client_id=client_id,
         )
         await self._scheduled(q, marks)
         return moved

@@ -54,6 +54,7 @@ async def test_walk_through_three_claims_then_the_dlq(client: httpx.AsyncClient,
         "dead_lettered_at": iso(posted_at + 2000),  # when the third claim was released
         "first_enqueued_at": iso(posted_at),
         "redrive_count": 0,
+        "consumer": client.headers["Client-ID"],  # whose claim used up the last delivery
     }
     source = (await client.get("/v2/queues/orders/stats")).json()["messages"]
     dlq = (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]

@@ -313,3 +313,20 @@ async def test_auto_named_dlqs_over_http(defaulted_store: Store, clock: ManualCl
 def test_bad_templates_stop_the_service_at_start(template: str) -> None:
     with pytest.raises(ValidationError, match="template"):
         Settings(storage_uri="redis://unused", dead_letter_queue_template=template)
+
+
+async def test_the_consumer_that_failed_is_in_the_provenance(client: httpx.AsyncClient) -> None:
+    worker_a, worker_b = "3381af92-2b9e-11e3-b191-71861300734c", "4481af92-2b9e-11e3-b191-71861300734d"
+    assert (await client.put("/v2/queues/orders", json=SPENT)).status_code in (201, 204)
+    spent, rejected = await post_messages(client, "orders", "spent", "rejected")
+    r = await client.post(
+        "/v2/queues/orders/claims?limit=2", json={"ttl": 60}, headers={"Client-ID": worker_a}
+    )
+    cid = r.headers["location"].rsplit("/", 1)[1]
+    url = f"/v2/queues/orders/messages/{rejected}/dead_letter?claim_id={cid}"
+    assert (await client.post(url, headers={"Client-ID": worker_b})).status_code == 200
+    assert (await client.delete(f"/v2/queues/orders/claims/{cid}")).status_code == 204
+    got = (await client.get(f"/v2/queues/orders.dlq/messages?ids={spent},{rejected}&provenance=true")).json()
+    by_id = {m["id"]: m["dead_letter"] for m in got["messages"]}
+    assert (by_id[spent]["reason"], by_id[spent]["consumer"]) == ("max_claims", worker_a)
+    assert (by_id[rejected]["reason"], by_id[rejected]["consumer"]) == ("rejected", worker_b)

@@ -174,7 +174,9 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         clock.advance(5)
         cid, _ = await claim_ids(store, Q)
         if rejected:
-            await store.dead_letter_message(Q, rejected, claim_id=cid, rejection=Rejection("bad", "why"))
+            await store.dead_letter_message(
+                Q, rejected, claim_id=cid, rejection=Rejection("bad", "why"), client_id=CLIENT
+            )
             rejected = None
         await store.renew_claim(Q, cid, ttl=30, grace=30)
         await store.release_claim(Q, cid)

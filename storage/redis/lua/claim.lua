@@ -1,5 +1,5 @@
 -- claim(KEYS=queue keys, claim, claim's messages; ARGV=[queue script args, claim_id, ttl, grace, limit,
---       wait_ms])
+--       wait_ms, client id])
 --   -> {lib.lua marks(), n_dead_lettered, n_discarded, next_ms, view1, view2, ...}
 --   (no claim is stored when no view is returned; the flag: lib.lua SWEEP). When nothing was claimed,
 --   next_ms is the earliest time a message becomes claimable by time alone (its delay or backoff ends, its
@@ -7,12 +7,13 @@
 --   queue's `waiting` flag is set for at least wait_ms, so that whatever makes a message claimable
 --   publishes a wake-up (lib.lua publish_wakes).
 -- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
--- (promise 5). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
+-- (promise 5), and the client id is kept on it as its last claimer ('ccl', which lib.lua dead_letter moves
+-- into the provenance). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
 -- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are
 -- claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
 local prefix, name, now, K = queue_script()
 local claim_id, ttl, grace, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local wait_ms = tonumber(ARGV[11])
+local wait_ms, client = tonumber(ARGV[11]), ARGV[12]
 local ck, cmk = KEYS[9], KEYS[10]
 local pol = policy(K)
 housekeep(prefix, K, name, now, pol)
@@ -35,7 +36,7 @@ while got < limit do
       out[3 - moved] = out[3 - moved] + 1  -- [2] moved, [3] discarded
     else
       redis.call('HINCRBY', mk, 'cc', 1)
-      redis.call('HSET', mk, 'c', claim_id, 'ce', ce)
+      redis.call('HSET', mk, 'c', claim_id, 'ce', ce, 'ccl', client)
       -- Zaqar's grace rule: a claimed message lives at least until the claim ends plus grace
       if tonumber(f[1]) < ce + grace * 1000 then set_expiry(K, mk, id, ce + grace * 1000, now) end
       redis.call('ZADD', K.claimed, ce, id)

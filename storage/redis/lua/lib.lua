@@ -362,9 +362,9 @@ end
 -- left of it. `rejection` ({reason, description}, '' = not given) is the consumer's text for 'rejected'.
 local DL_COUNTERS = {max_claims = 'n_dl_mc', expired = 'n_dl_exp', rejected = 'n_dl_rej'}
 
-local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
+local function dead_letter(prefix, K, name, id, reason, now, pol, rejection, consumer)
   local mk = message_key(prefix, id)
-  local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst', 'ne')
+  local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst', 'ne', 'ccl')
   unindex(K, id)
   if not pol.dlq or f[5] == '1' then
     redis.call('DEL', mk)
@@ -377,7 +377,9 @@ local function dead_letter(prefix, K, name, id, reason, now, pol, rejection)
   local e = tonumber(f[3])
   if reason == 'expired' then e = now + (pol.expttl or 0) * 1000
   elseif pol.dlqttl then e = now + pol.dlqttl * 1000 end
-  redis.call('HDEL', mk, 'drr', 'drd')
+  redis.call('HDEL', mk, 'drr', 'drd', 'dcl', 'ccl')
+  if not consumer or consumer == '' then consumer = f[6] end
+  if consumer and consumer ~= '' then redis.call('HSET', mk, 'dcl', consumer) end
   redis.call('HSET', mk, 'q', pol.dlq, 'k', k, 'c', '', 'ce', 0, 'cc', 0, 'av', now, 'cr', now,
              't', math.ceil((e - now) / 1000), 'dsrc', name, 'drsn', reason, 'dcc', f[1] or 0,
              'dat', now, 'dfirst', f[4] or f[2])

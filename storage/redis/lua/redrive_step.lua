@@ -45,6 +45,7 @@ local function redrive(id, to, f)
   local k = redis.call('HINCRBY', D.queue, 'seq', 1)
   redis.call('HSET', mk, 'q', to, 'k', k, 'c', '', 'ce', 0, 'cc', 0, 'av', now,
              'drc', (tonumber(f[7]) or 0) + 1)
+  redis.call('HDEL', mk, 'ccl')  -- a DLQ reader's claim is not the source queue's consumer
   set_expiry(D, mk, id, tonumber(f[1]), now)
   redis.call('ZADD', D.msgs, k, id)
   redis.call('ZADD', D.ready, k, id)
