@@ -6,16 +6,18 @@
 Both run main(). The store is the service's: its Settings (CHARON_STORAGE_URI, CHARON_NAMESPACE, and with
 CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --namespace taking the place of
 CHARON_NAMESPACE; --storage-uri names one store, read as it is, pooling or not (store_of). The checks that
-fail fast (the store, Java) run before Spark starts. Only --keep-messages writes from the executors, so its
---out must be a path every node sees (or hdfs://, s3a://...).
+fail fast (the store, Java) run before Spark starts. Only --keep-messages and --since-last (the records it
+keeps) write from the executors, so on a cluster their --out must be a path every node sees (a shared mount).
 Exit codes: 0 done, 1 cannot run (the message says why), 2 a usage error, 3 nothing to analyse.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -114,7 +116,8 @@ def add_insights_arguments(p: argparse.ArgumentParser) -> None:
         "--since-last",
         action="store_true",
         help="read only what was dead-lettered since the previous run into --out with the same --project "
-        "and --queue (per DLQ, from the marker that run stopped at); exit 3 when nothing was",
+        "and --queue (per DLQ, from the marker that run stopped at) and add it to the records that run kept, "
+        "so the tables count every dead letter seen; exit 3 when nothing was",
     )
     p.add_argument(
         "--keep-runs",
@@ -132,19 +135,23 @@ def run_insights(args: argparse.Namespace) -> int:
     from pipeline import aggregate, output, spark
     from pipeline.progress import Progress
 
-    out = Path(args.out)
+    out = Path(args.out).absolute()  # Spark is given file: URIs, never a path its filesystem would resolve
 
     def say(text: str) -> None:
         if not args.quiet:
             _say("insights", text)
 
+    save: Path | None = None
     try:
         if args.since_last and args.input:
             _say("insights", "--since-last reads a store (--storage-uri), not --input files")
             return EXIT_USAGE
         scope = trends.scope(args.project, args.queues)
         before = trends.previous(out, scope)
-        since = before if args.since_last else None  # the run --since-last goes on from
+        # the run --since-last goes on from: the newest that kept its records (a --since-last run; one without
+        # --since-last in between is compared with, but neither goes on from nor drops them)
+        since = trends.previous(out, scope, with_records=True) if args.since_last else None
+        save = out / "runs" / f".records-{uuid.uuid4().hex}" if args.since_last else None
         store, ranges = None, None
         if not args.input:
             store = store_of(args)
@@ -164,6 +171,12 @@ def run_insights(args: argparse.Namespace) -> int:
                 + (" ..." if len(extents) > 5 else "")
                 + (f"; reading what arrived since the previous run, {since.stamp}" if since else "")
             )
+            if args.since_last and since is None:
+                say(
+                    "--since-last: "
+                    + ("no previous run kept its records" if before else "no previous run")
+                    + "; reading every DLQ whole this time, and keeping the records for the next"
+                )
         out.mkdir(parents=True, exist_ok=True)
         if before:
             say(f"comparing with the previous run, {before.stamp} (its last death {before.last_ms} ms)")
@@ -191,9 +204,11 @@ def run_insights(args: argparse.Namespace) -> int:
                 session,
                 records,
                 step=progress.step,
-                keep=str(out / "messages") if args.keep_messages else None,
+                keep=(out / "messages").as_uri() if args.keep_messages else None,
                 since_ms=before.last_ms if before else None,
                 top=args.top,
+                save=save.as_uri() if save else None,
+                history=since.records.as_uri() if since and since.records else None,
             )
         insights.timings["session_s"] = round(session_s, 3)
         output.write(
@@ -205,6 +220,7 @@ def run_insights(args: argparse.Namespace) -> int:
             keep_runs=args.keep_runs,
             markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
             since_last=since is not None,
+            records=save,
         )
     except InsightsError as e:
         _say("insights", str(e))
@@ -213,6 +229,9 @@ def run_insights(args: argparse.Namespace) -> int:
         where = "spark-submit's output" if spark.submitted() else out / "spark.log"
         _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {where})")
         return EXIT_FAILED
+    finally:  # the records a run that did not finish began to keep (a finished one moved them into its run)
+        if save is not None:
+            shutil.rmtree(save, ignore_errors=True)
     sys.stdout.write(output.summary(insights, out, top=5) + "\n")
     return 0
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 TABLES = (
     "by_source", "rate", "claim_counts", "time_to_death", "signatures", "signature_fields",
-    "signature_rate", "signature_ids", "rejections",
+    "signature_rate", "signature_ids", "rejections", "consumers",
     "repeat_offenders", "quality",
 )  # fmt: skip
 
@@ -43,11 +43,15 @@ def analyse(
     keep: str | None = None,
     since_ms: int | None = None,
     top: int = 15,
+    save: str | None = None,
+    history: str | None = None,
 ) -> Insights:
     """The tables of TABLES, each sorted as analysis.ORDER says. `step` is told each step's name as it
     starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors);
     `since_ms`: the previous run's last death, after which a signature's messages are `recent`; `top`: the
-    signatures (the most messages first) whose ids signature_ids lists, with the fix-first one."""
+    signatures (the most messages first) whose ids signature_ids lists, with the fix-first one. `save`:
+    first write the records there (Parquet, from the executors), with those kept in `history` (a previous
+    run's `save`) when given, and analyse what was written: every dead letter of both (--since-last)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -55,6 +59,12 @@ def analyse(
 
     timings: dict[str, float] = {}
     started = time.monotonic()
+    if save is not None:
+        step("keeping the records")
+        if history is not None:
+            records = records.unionByName(spark.read.parquet(history), allowMissingColumns=True)
+        records.write.mode("overwrite").parquet(save)
+        records = spark.read.parquet(save)
     step("reading and parsing")
     enriched = analysis.enrich(records).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -75,6 +85,7 @@ def analyse(
             "signature_fields": analysis.signature_fields(enriched),
             "signature_rate": analysis.signature_rate(enriched, width),
             "rejections": analysis.rejections(enriched),
+            "consumers": analysis.consumers(enriched),
             "repeat_offenders": analysis.repeat_offenders(enriched),
             "quality": analysis.quality(enriched),
         }

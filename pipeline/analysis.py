@@ -20,7 +20,7 @@ The aggregates then group the enriched rows; purepython.py computes the same num
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 # A number type in schema_of_variant's output: after ": " (an object's field), "ARRAY<" or at the start.
@@ -33,7 +33,7 @@ MESSAGE_FIELDS = ("message", "msg", "detail", "description", "error")
 MAX_ERROR_CHARS = 200
 PREVIEW_CHARS = 160
 EXAMPLE_CHARS = 1000  # of an example body in the signatures table
-EXAMPLES = 3  # example messages per group: the earliest dead-lettered ones
+EXAMPLES = 3  # example messages per group: the earliest dead-lettered ones (a signature's: the newest)
 REDRIVE_IDS = 1000  # ids of one signature in one DLQ: one redrive request (the API's most message_ids)
 MAX_FIELDS = 64  # a body's top-level fields looked at for a signature's field detail (sorted, the first)
 OPTIONAL_BELOW = 1.0  # a field in fewer of a signature's bodies than this share is optional there
@@ -101,6 +101,10 @@ ORDER: dict[str, list[tuple[str, str]]] = {
         ("messages", "descending"),
         *((c, "ascending") for c in ("project", "source_queue", "rejection_reason")),
     ],
+    "consumers": [
+        ("messages", "descending"),
+        *((c, "ascending") for c in ("project", "source_queue", "consumer")),
+    ],
     "repeat_offenders": [
         ("messages", "descending"),
         *((c, "ascending") for c in ("project", "first_ms", "body_hash")),
@@ -160,6 +164,7 @@ def enrich(records: DataFrame) -> DataFrame:
             "error",
             signature_of(F.col("error"), F.col("source_queue"), F.col("reason")).alias("signature"),
             "rejection_reason",
+            "consumer",
             F.when(
                 ok, F.slice(F.array_sort(F.array_distinct(F.json_object_keys("body"))), 1, MAX_FIELDS)
             ).alias("fields"),
@@ -246,7 +251,8 @@ def rate(enriched: DataFrame, width_s: int) -> DataFrame:
 
 def signature_ids(enriched: DataFrame, keys: list[tuple[str, str]]) -> DataFrame:
     """For the (project, signature)s given (the report's top ones), per DLQ: how many messages and the ids of
-    the earliest REDRIVE_IDS, for a redrive of exactly those."""
+    the newest REDRIVE_IDS (the likeliest to be in the DLQ still, when --since-last kept older records), for
+    a redrive of exactly those."""
     wanted = enriched.sparkSession.createDataFrame(keys, "project string, signature string")
     return (
         enriched.where(F.col("bucket") != "no_provenance")
@@ -254,7 +260,7 @@ def signature_ids(enriched: DataFrame, keys: list[tuple[str, str]]) -> DataFrame
         .groupBy("project", "signature", F.col("queue").alias("dlq"))
         .agg(
             F.count("*").alias("messages"),
-            F.min_by("id", F.struct("at_ms", "id"), REDRIVE_IDS).alias("ids"),
+            F.max_by("id", F.struct("at_ms", "id"), REDRIVE_IDS).alias("ids"),
         )
     )
 
@@ -299,7 +305,7 @@ def time_to_death(enriched: DataFrame) -> DataFrame:
 def signatures(enriched: DataFrame, recent_ms: int) -> DataFrame:
     """Failure signatures: a project's messages with one error text (its signature), whatever their body,
     with the body shapes under it (how many, and the commonest), the source queues, reasons and the
-    consumers' rejection reasons, the earliest dead-lettered examples (DLQ, id, body), and how many were
+    consumers' rejection reasons, the newest dead-lettered examples (DLQ, id, body), and how many were
     dead-lettered after `recent_ms` (recent_from)."""
     scoped = enriched.where(F.col("bucket") != "no_provenance")
     shapes = (
@@ -324,7 +330,7 @@ def signatures(enriched: DataFrame, recent_ms: int) -> DataFrame:
             F.array_sort(F.collect_set("reason")).alias("reasons"),
             F.array_sort(F.collect_set("rejection_reason")).alias("rejection_reasons"),
             F.count_if(F.col("bucket") != "ok").alias("bad_bodies"),
-            F.min_by(
+            F.max_by(
                 F.struct(F.col("queue").alias("dlq"), "id", "example"), F.struct("at_ms", "id"), EXAMPLES
             ).alias("examples"),
         )
@@ -389,6 +395,44 @@ def rejections(enriched: DataFrame) -> DataFrame:
             F.max("at_ms").alias("last_ms"),
             _ids(F.col("at_ms")).alias("example_ids"),
         )
+    )
+
+
+CONSUMERS = (
+    "project", "source_queue", "consumer", "messages", "share", "first_ms", "last_ms", "max_claims",
+    "expired", "rejected", "signatures", "top_signature", "top_signature_messages",
+)  # fmt: skip
+
+
+def consumers(enriched: DataFrame) -> DataFrame:
+    """Failures per consumer: per source queue and the Client-ID of the consumer that failed (null: no claim
+    held the message), how many and when, by reason, their `share` of the source queue's dead letters, and
+    how many signatures, with the one of most of them (ties: the greatest signature)."""
+    per_signature = (
+        enriched.where(F.col("bucket") != "no_provenance")
+        .groupBy("project", "source_queue", "consumer", "signature")
+        .agg(
+            F.count("*").alias("n"),
+            F.min("at_ms").alias("first_ms"),
+            F.max("at_ms").alias("last_ms"),
+            *(F.count_if(F.col("reason") == r).alias(r) for r in ("max_claims", "expired", "rejected")),
+        )
+    )
+    source = Window.partitionBy("project", "source_queue")
+    return (
+        per_signature.groupBy("project", "source_queue", "consumer")
+        .agg(
+            F.sum("n").alias("messages"),
+            F.min("first_ms").alias("first_ms"),
+            F.max("last_ms").alias("last_ms"),
+            *(F.sum(r).alias(r) for r in ("max_claims", "expired", "rejected")),
+            F.count("*").alias("signatures"),
+            F.max_by(F.struct("signature", "n"), F.struct("n", "signature")).alias("top"),
+        )
+        .withColumn("share", F.col("messages") / F.sum("messages").over(source))
+        .withColumn("top_signature", F.col("top.signature"))
+        .withColumn("top_signature_messages", F.col("top.n"))
+        .select(*CONSUMERS)
     )
 
 

@@ -47,5 +47,6 @@ def read(spark: SparkSession, paths: list[str], *, max_body_bytes: int = DEFAULT
         "redrive_count": integer("$.dead_letter.redrive_count"),
         "rejection_reason": text("$.dead_letter.rejection.reason"),
         "rejection_description": text("$.dead_letter.rejection.description"),
+        "consumer": text("$.dead_letter.consumer"),
     }
     return lines.withColumn("v", v).select(*(columns[f.name].alias(f.name) for f in SCHEMA))

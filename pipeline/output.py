@@ -25,12 +25,14 @@ def write(
     keep_runs: int = trends.KEEP_RUNS,
     markers: Sequence[tuple[str | None, str, str, int]] = (),
     since_last: bool = False,
+    records: Path | None = None,
 ) -> None:
     """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
     next run's comparison and, with `markers`, where `--since-last` goes on from), the redrive requests of
     the top signatures' messages (out/redrive/, as report.redrive_request names them), and out/report.html
     (`top` signatures and offenders). The signatures table gets each one's `status` against `before`, the
-    previous run (trends.status)."""
+    previous run (trends.status). `records`: the records a --since-last run kept (aggregate.analyse's
+    `save`), moved into the run's directory for the next one to go on from."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -68,9 +70,12 @@ def write(
         "messages": insights.total,
         "rate_width_s": insights.rate_width_s,  # the width of the rate tables' buckets
         "compared_with": before.stamp if before else None,
-        "since_last": since_last,  # its tables hold only what arrived after the run compared with
+        # it read only what arrived after the run compared with, and added it to that run's records
+        "since_last": since_last,
         "markers": [list(m) for m in markers],  # per DLQ, the highest marker read
     }
+    if records is not None:
+        records.replace(run / trends.RECORDS)
     trends.finish(run, meta, keep_runs)
 
 

@@ -217,6 +217,7 @@ def analyse(
         "signature_fields": _signature_fields(sigs),
         "signature_rate": _signature_rate(sigs, width_ms),
         "rejections": _rejections(groups),
+        "consumers": _consumers(sigs),
         "repeat_offenders": _offenders(bodies),
         "quality": [
             {
@@ -309,14 +310,14 @@ def _signature_ids(sigs: Mapping[tuple[str, str], list[Row]], keys: list[tuple[s
         for r in sigs[(project, sig)]:
             by_dlq[r["queue"]].append(r)
         for dlq, rows in sorted(by_dlq.items()):
-            earliest = sorted((r["dead_lettered_at_ms"], r["id"]) for r in rows)[:REDRIVE_IDS]
+            newest = sorted(((r["dead_lettered_at_ms"], r["id"]) for r in rows), reverse=True)[:REDRIVE_IDS]
             out.append(
                 {
                     "project": project,
                     "signature": sig,
                     "dlq": dlq,
                     "messages": len(rows),
-                    "ids": [i for _, i in earliest],
+                    "ids": [i for _, i in newest],
                 }
             )
     return out
@@ -326,7 +327,7 @@ def _signatures(sigs: Mapping[tuple[str, str], list[Row]], recent_ms: int) -> li
     out = []
     for (project, sig), rows in sigs.items():
         shapes = Counter(r["shape"] for r in rows if r["shape"] is not None)
-        examples = sorted(rows, key=lambda r: (r["dead_lettered_at_ms"], r["id"]))[:EXAMPLES]
+        examples = sorted(rows, key=lambda r: (r["dead_lettered_at_ms"], r["id"]), reverse=True)[:EXAMPLES]
         out.append(
             {
                 "project": project,
@@ -408,6 +409,45 @@ def _rejections(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> li
             r["source_queue"],
             r["rejection_reason"] is not None,
             r["rejection_reason"] or "",
+        ),
+    )
+
+
+def _consumers(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
+    by: dict[tuple[str, str, str | None], dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for (_, sig), rows in sigs.items():
+        for r in rows:
+            by[(r["project"], r["source_queue"], r.get("consumer"))][sig].append(r)
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for (project, source, _), per in by.items():
+        totals[(project, source)] += sum(len(rows) for rows in per.values())
+    out = []
+    for (project, source, consumer), per in by.items():
+        rows = [r for group in per.values() for r in group]
+        top = max(per, key=lambda s: (len(per[s]), s))
+        out.append(
+            {
+                "project": project,
+                "source_queue": source,
+                "consumer": consumer,
+                "messages": len(rows),
+                "share": len(rows) / totals[(project, source)],
+                "first_ms": min(r["dead_lettered_at_ms"] for r in rows),
+                "last_ms": max(r["dead_lettered_at_ms"] for r in rows),
+                **{k: sum(r["reason"] == k for r in rows) for k in ("max_claims", "expired", "rejected")},
+                "signatures": len(per),
+                "top_signature": top,
+                "top_signature_messages": len(per[top]),
+            }
+        )
+    return sorted(
+        out,
+        key=lambda r: (
+            -r["messages"],
+            r["project"],
+            r["source_queue"],
+            r["consumer"] is not None,
+            r["consumer"] or "",
         ),
     )
 

@@ -32,6 +32,7 @@ TEXT = (
     "reason",
     "rejection_reason",
     "rejection_description",
+    "consumer",
 )
 
 SCHEMA = pa.schema(
@@ -52,6 +53,7 @@ SCHEMA = pa.schema(
         ("redrive_count", pa.int64()),
         ("rejection_reason", pa.string()),
         ("rejection_description", pa.string()),
+        ("consumer", pa.string()),  # the Client-ID of the consumer that failed, None when unknown
     ]
 )
 
@@ -122,5 +124,7 @@ def export_lines(rb: pa.RecordBatch) -> Iterator[bytes]:
             }
             if rejection:
                 dead_letter["rejection"] = rejection
+            if r["consumer"] is not None:
+                dead_letter["consumer"] = r["consumer"]
             head["dead_letter"] = dead_letter
         yield orjson.dumps(head)[:-1] + b',"body":' + r["body"].encode() + b"}\n"

@@ -74,6 +74,7 @@ def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> s
         else f"in the last {duration(RECENT_S)} before the last death"
     )
     offenders = insights.rows("repeat_offenders")
+    consumers = insights.rows("consumers")
     quality = insights.rows("quality")
     analysed = sum(r["messages"] for r in by_source)
     first = min((r["first_ms"] for r in by_source), default=None)
@@ -110,6 +111,14 @@ def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> s
         _signature_cards(sigs[:top], fields, chart, window, redrives),
         "<h2>Rejections</h2><div class=muted>messages their consumer rejected, by the reason it gave</div>",
         _rejection_table(insights.rows("rejections")),
+        "<h2>Failures per consumer</h2><div class=muted>by the Client-ID of the consumer whose claim used up "
+        "the last delivery, or that rejected the message; its share of the source queue's dead letters, and "
+        f"the signature of most of them (top {min(top, len(consumers))} of {len(consumers):,})</div>",
+        _consumer_table(
+            consumers[:top],
+            {(s["project"], s["signature"]): s for s in sigs},
+            {(s["project"], s["signature"]) for s in sigs[:top]},
+        ),
         f"<h2>Repeat offenders</h2><div class=muted>identical bodies dead-lettered more than once "
         f"(top {min(top, len(offenders))} of {len(offenders):,})</div>",
         _offender_table(offenders[:top]),
@@ -347,7 +356,7 @@ def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
         some = (
             f"all {r['messages']:,}"
             if r["messages"] == len(ids)
-            else f"the earliest {len(ids):,} of {r['messages']:,} (a request lists at most {REDRIVE_IDS:,})"
+            else f"the newest {len(ids):,} of {r['messages']:,} (a request lists at most {REDRIVE_IDS:,})"
         )
         commands = f"{redrive_curl(project, r['dlq'], dry)}\n{redrive_curl(project, r['dlq'], real)}"
         out.append(
@@ -455,7 +464,8 @@ def _signature_cards(
             for e in r["examples"]
         )
         cards.append(
-            f"<div class=sig><h3>{r['messages']:,} &middot; {error}{_badge(r.get('status'))}</h3>"
+            f"<div class=sig id='{_anchor(r['project'], r['signature'])}'>"
+            f"<h3>{r['messages']:,} &middot; {error}{_badge(r.get('status'))}</h3>"
             f"{chart(r['project'], r['signature'])}<div class=muted>{r['recent']:,} {window}</div>"
             f"{_where(r)}"
             + (
@@ -491,6 +501,54 @@ def _rejection_table(rows: list[dict[str, Any]]) -> str:
             for r in rows
         ],
         {2},
+    )
+
+
+def _anchor(project: str, signature: str) -> str:
+    """A signature card's HTML id (a signature is per project)."""
+    return f"sig-{hashlib.sha256(project.encode()).hexdigest()[:8]}-{signature}"
+
+
+def _consumer_table(
+    rows: list[dict[str, Any]],
+    sigs: Mapping[tuple[str, str], Mapping[str, Any]],
+    carded: set[tuple[str, str]],
+) -> str:
+    """`carded`: the signatures with a card in the report, which the table links to."""
+
+    def top(r: Mapping[str, Any]) -> str:
+        key = (r["project"], r["top_signature"])
+        sig = sigs.get(key)
+        text = "" if sig is None else (sig["error"] or untitled(sig))
+        name = f"<code>{r['top_signature']}</code>"
+        if key in carded:
+            name = f"<a href='#{_anchor(*key)}'>{name}</a>"
+        return f"{name} {r['top_signature_messages']:,} <span class=muted>{escape(text[:120])}</span>"
+
+    head = (
+        "source queue,consumer,messages,share,max claims,expired,rejected,signatures,the most with,first,last"
+    )
+    return _table(
+        head.split(","),
+        [
+            [
+                _name(r),
+                f"<code>{escape(r['consumer'])}</code>"
+                if r["consumer"] is not None
+                else "<span class=muted>no claim held them</span>",
+                f"{r['messages']:,}",
+                f"{r['share']:.0%}",
+                f"{r['max_claims']:,}",
+                f"{r['expired']:,}",
+                f"{r['rejected']:,}",
+                f"{r['signatures']:,}",
+                top(r),
+                ts(r["first_ms"]),
+                ts(r["last_ms"]),
+            ]
+            for r in rows
+        ],
+        {2, 3, 4, 5, 6, 7},
     )
 
 

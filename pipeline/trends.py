@@ -21,6 +21,7 @@ GROWING = 1.5  # growing: dead-lettering since the previous run at this many tim
 MAX_RUNS = 1000  # --keep-runs' bound
 KEEP_RUNS = 30  # runs of one scope kept in <out>/runs by default (the oldest are removed)
 STALE_S = 86_400  # a run directory without run.json this old was cut off: removed
+RECORDS = "records"  # a --since-last run's records (Parquet), in its directory: the next one adds to them
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,14 @@ class Run:
     signatures: dict[tuple[str, str], int]
     # per DLQ (pool, project, queue): the highest marker it read, where `--since-last` goes on from
     markers: dict[tuple[str | None, str, str], int] = field(default_factory=dict)
+    path: Path | None = None  # its directory
+
+    @property
+    def records(self) -> Path | None:
+        """The records a --since-last run kept (every dead letter its tables count), None if it kept none."""
+        if self.path is None or not (self.path / RECORDS).is_dir():
+            return None
+        return self.path / RECORDS
 
 
 def scope(project: str | None, queues: Iterable[str] | None) -> dict[str, Any]:
@@ -52,8 +61,9 @@ def _meta(run: Path) -> dict[str, Any] | None:
     return meta if ok else None
 
 
-def previous(out: Path, this_scope: Mapping[str, Any]) -> Run | None:
-    """The newest finished run in `out` with this scope, else None."""
+def previous(out: Path, this_scope: Mapping[str, Any], *, with_records: bool = False) -> Run | None:
+    """The newest finished run in `out` with this scope (`with_records`: of those that kept their records,
+    the one --since-last goes on from), else None."""
     import pyarrow.parquet as pq
 
     runs = out / "runs"
@@ -61,7 +71,7 @@ def previous(out: Path, this_scope: Mapping[str, Any]) -> Run | None:
         return None
     for run in sorted(runs.iterdir(), reverse=True):
         meta = _meta(run)
-        if meta is None or meta["scope"] != this_scope:
+        if meta is None or meta["scope"] != this_scope or (with_records and not (run / RECORDS).is_dir()):
             continue
         try:
             table = pq.read_table(
@@ -74,7 +84,7 @@ def previous(out: Path, this_scope: Mapping[str, Any]) -> Run | None:
         for entry in meta.get("markers") or []:
             if isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], int):
                 markers[(entry[0], entry[1], entry[2])] = entry[3]
-        return Run(run.name, meta["first_ms"], meta["last_ms"], meta["scope"], counts, markers)
+        return Run(run.name, meta["first_ms"], meta["last_ms"], meta["scope"], counts, markers, run)
     return None
 
 
@@ -119,8 +129,9 @@ def start(out: Path, stamp: str) -> Path:
 
 def finish(run: Path, meta: Mapping[str, Any], keep_runs: int) -> None:
     """run.json written last (a run without one is never compared with); then, of the finished runs with this
-    run's scope, all but the newest `keep_runs` removed, and runs that never finished once a day old (a run
-    of another scope, or one still being written, is left alone)."""
+    run's scope, all but the newest `keep_runs` removed (never the newest that kept records: --since-last
+    goes on from it), and when this run kept records, those of the others; and runs that never finished once
+    a day old (a run of another scope, or one still being written, is left alone)."""
     (run / "run.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
     mine, cut_off = [], []
     for other in sorted(p for p in run.parent.iterdir() if p.is_dir()):
@@ -130,6 +141,11 @@ def finish(run: Path, meta: Mapping[str, Any], keep_runs: int) -> None:
         elif found["scope"] == meta["scope"]:
             mine.append(other)
     stale = time.time() - STALE_S
-    old = mine[:-keep_runs] + [p for p in cut_off if p.stat().st_mtime < stale]
+    kept = [p for p in mine if (p / RECORDS).is_dir()][-1:]
+    old = [p for p in mine[:-keep_runs] if p not in kept] + [p for p in cut_off if p.stat().st_mtime < stale]
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
+    if kept == [run]:
+        for other in mine:
+            if other != run:
+                shutil.rmtree(other / RECORDS, ignore_errors=True)

@@ -344,7 +344,9 @@ class PooledStore:
         if store is None:
             if wait_ms > 0:  # a long poll on a queue not placed yet: its first post may go to any pool
                 for _, pool_store in await self._each_pool():
-                    await pool_store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms)
+                    await pool_store.claim(
+                        q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms, client_id=client_id
+                    )
             return ClaimResult(claim=None)
         return await store.claim(q, ttl=ttl, grace=grace, limit=limit, wait_ms=wait_ms, client_id=client_id)
 

@@ -160,4 +160,5 @@ def record(project: str, m: Message, max_body_bytes: int = scenario.TEST_MAX_BOD
         "redrive_count": d.redrive_count if d else None,
         "rejection_reason": rejection.reason if rejection else None,
         "rejection_description": rejection.description if rejection else None,
+        "consumer": d.consumer if d else None,
     }

@@ -18,6 +18,7 @@ import orjson
 
 PROJECT = "corpus"
 START_MS = 1_795_000_000_000
+WORKERS = ("3381af92-2b9e-11e3-b191-71861300734c", "4481af92-2b9e-11e3-b191-71861300734d")
 NAMES = ("Alice Smith", "Bob", "Dana O'Neil", "Émile Zola", "Chen Wei", "X Æ A-12", "", "Li")
 
 
@@ -205,6 +206,7 @@ def generate(per_cause: int = 60, seed: int = 23) -> tuple[list[dict[str, Any]],
                     "redrive_count": 0,
                     "rejection_reason": rejection_reason,
                     "rejection_description": rejection_description,
+                    "consumer": None if reason == "expired" else WORKERS[n % len(WORKERS)],
                 }
             )
     return records, cause_of

@@ -22,6 +22,14 @@ from core.clock import ManualClock
 from storage.base import Store
 
 CLIENT_ID = "3381af92-2b9e-11e3-b191-71861300734c"
+# the consumers: each claim is made by one of its queue's workers (drawn by their own random generator, so
+# that the messages and their fates do not depend on them)
+WORKERS = {
+    "orders": ("0a0e1b2c-0000-4000-8000-00000000a001", "0a0e1b2c-0000-4000-8000-00000000a002"),
+    "payments": ("0b0e1b2c-0000-4000-8000-00000000b001",),
+    "emails": ("0c0e1b2c-0000-4000-8000-00000000c001", "0c0e1b2c-0000-4000-8000-00000000c002"),
+    "sms": ("0c0e1b2c-0000-4000-8000-00000000c003",),
+}
 DLQ_TTL = 1_209_600  # the longest message ttl: nothing the scenario makes expires before the test reads it
 HUGE_CHARS = 5_000  # longer than the tests' --max-body-bytes
 TEST_MAX_BODY_BYTES = 4_096
@@ -100,8 +108,10 @@ class _Api:
         self.http = http
         self.headers = {"Client-ID": CLIENT_ID, "X-Project-ID": project}
 
-    async def call(self, method: str, url: str, expect: tuple[int, ...], **kw: Any) -> httpx.Response:
-        r = await self.http.request(method, url, headers=self.headers, **kw)
+    async def call(
+        self, method: str, url: str, expect: tuple[int, ...], *, client: str = CLIENT_ID, **kw: Any
+    ) -> httpx.Response:
+        r = await self.http.request(method, url, headers={**self.headers, "Client-ID": client}, **kw)
         assert r.status_code in expect, (method, url, r.status_code, r.text)
         return r
 
@@ -118,7 +128,7 @@ async def run(
 ) -> Shop:
     """`rounds` rounds; in each, every queue gets about `per_round` messages and the consumers work through
     what they can claim. Then the consumers go on until every failing message is in a DLQ."""
-    rng = random.Random(seed)
+    rng, workers = random.Random(seed), random.Random(seed + 1)
     api = _Api(http, project)
     shop = Shop(project=project, dlqs=sorted({m["_dead_letter_queue"] for m in QUEUES.values()}))
     for name, meta in QUEUES.items():
@@ -141,11 +151,11 @@ async def run(
                 for href, (_, what) in zip(res.json()["resources"], chunk, strict=True):
                     fate[href.rsplit("/", 1)[1]] = what
                 shop.posted += len(chunk)
-        await _consume(api, fate, rng)
+        await _consume(api, fate, rng, workers)
         clock.advance(rng.randint(60, 900))
         await store.sweep()
     for _ in range(8):  # the failing ones use up their claims (the eager move happens on release)
-        await _consume(api, fate, rng)
+        await _consume(api, fate, rng, workers)
         clock.advance(900)
         await store.sweep()
     for text in ("replayed by hand", "ops test"):
@@ -159,13 +169,18 @@ async def run(
     return shop
 
 
-async def _consume(api: _Api, fate: dict[str, str], rng: random.Random) -> None:
+async def _consume(api: _Api, fate: dict[str, str], rng: random.Random, workers: random.Random) -> None:
     for name in QUEUES:
         if name == "sessions":
             continue  # nobody consumes sessions: they expire into their DLQ
         while True:
+            worker = workers.choice(WORKERS[name])
             r = await api.call(
-                "POST", f"/v2/queues/{name}/claims?limit=20", (201, 204), json={"ttl": 300, "grace": 60}
+                "POST",
+                f"/v2/queues/{name}/claims?limit=20",
+                (201, 204),
+                json={"ttl": 300, "grace": 60},
+                client=worker,
             )
             if r.status_code == 204:
                 break
@@ -184,6 +199,7 @@ async def _consume(api: _Api, fate: dict[str, str], rng: random.Random) -> None:
                         f"{url}/dead_letter?claim_id={claim_id}",
                         (200,),
                         json={"reason": reason, "description": detail},
+                        client=worker,
                     )
             # the failed ones come back after a while (release with a delay), as a consumer's backoff would
             delay = rng.randint(60, 600)

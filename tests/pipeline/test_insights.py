@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from app import insights as cli
 from pipeline import aggregate, load, output, purepython, report
 from pipeline.aggregate import TABLES, Insights
+from tests.pipeline import scenario
 from tests.pipeline.conftest import DeadLetters
 from tests.pipeline.scenario import TEST_MAX_BODY_BYTES
 
@@ -70,6 +71,15 @@ def test_every_aggregate_equals_plain_python(spark: SparkSession, dead_letters: 
     assert "'iban' missing for account <*>" in errors  # the message of a nested error object
     assert "validation" in {r for s in got["signatures"] for r in s["rejection_reasons"]}
     assert {r["source_queue"] for r in got["claim_counts"]} >= {"orders", "payments", "emails", "sms"}
+    # who failed: the worker whose claim used up the last delivery, or that rejected; none for an expiry
+    consumers = {(r["source_queue"], r["consumer"]): r for r in got["consumers"]}
+    for queue, workers in scenario.WORKERS.items():
+        assert {c for q, c in consumers if q == queue} == set(workers), queue
+    assert {c for q, c in consumers if q == "sessions"} == {None}
+    [payments] = [r for (q, _), r in consumers.items() if q == "payments"]
+    assert payments["rejected"] > 0
+    assert payments["max_claims"] > 0
+    assert payments["share"] == 1.0
 
 
 def test_reads_each_message_once_in_parallel(spark: SparkSession, dead_letters: DeadLetters) -> None:
@@ -126,3 +136,8 @@ def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLette
     assert escape(report.curl("shop", top["examples"][0]["dlq"], top["examples"][0]["id"])) in html
     assert "<svg" in html
     assert "Repeat offenders" in html
+    # the consumer with the most failures, linked to its top cause
+    worst = next(r for r in insights.rows("consumers") if r["consumer"] is not None)
+    assert f"<code>{worst['consumer']}</code>" in html
+    assert f"href='#{report._anchor('shop', worst['top_signature'])}'" in html
+    assert f"id='{report._anchor('shop', worst['top_signature'])}'" in html

@@ -22,6 +22,7 @@ from storage.export import Extent
 from storage.registry import open_store
 from tests.contract.helpers import claim_ids, post, set_meta
 from tests.pipeline import corpus
+from tests.pipeline.conftest import listed, record
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -124,7 +125,7 @@ def test_a_death_without_provenance_widens_the_rate_buckets_in_both(spark: Spark
         assert insights.rows(name) == expected[name], name
 
 
-async def test_since_last_reads_only_what_arrived_since_the_previous_run(
+async def test_since_last_reads_only_what_arrived_and_updates_the_tables(
     spark: SparkSession, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     namespace = f"t{uuid.uuid4().hex[:12]}"
@@ -138,23 +139,57 @@ async def test_since_last_reads_only_what_arrived_since_the_previous_run(
         claim, _ = await claim_ids(store, orders)
         await store.release_claim(orders, claim)
 
+    def table(name: str) -> list[dict[str, Any]]:  # as the job computed it (a status is the driver's)
+        rows: list[dict[str, Any]] = pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist()
+        for r in rows:
+            r.pop("status", None)
+        return rows
+
     try:
         await die(*({"error": f"boom in step {i}"} for i in range(5)))
         argv = ["insights", "--storage-uri", redis_url, "--namespace", namespace, "--out", str(tmp_path),
-                "--master", "local[2]", "--quiet"]  # fmt: skip
-        assert main(argv) == 0
-        assert main([*argv, "--since-last"]) == 3  # nothing new: nothing to analyse
+                "--master", "local[2]", "--quiet", "--since-last"]  # fmt: skip
+        assert main(argv) == 0  # the first: everything, and it keeps the records it read
+        assert main(argv) == 3  # nothing new: nothing to analyse
         assert "nothing was dead-lettered since the previous run" in capsys.readouterr().err
+        first = trends.previous(tmp_path, trends.scope(None, None))
+        assert first is not None
         clock.advance(60)
         await die(*({"error": f"crash {i}"} for i in range(3)))
-        assert main([*argv, "--since-last"]) == 0
-        sigs = pq.read_table(tmp_path / "tables" / "signatures.parquet").to_pylist()
-        assert [(s["error"], s["messages"], s["status"]) for s in sigs] == [("crash <*>", 3, "new")]
+        assert main(argv) == 0
+        sigs = table("signatures")
+        assert [(s["error"], s["messages"], s["recent"]) for s in sigs] == [
+            ("boom in step <*>", 5, 0),
+            ("crash <*>", 3, 3),
+        ]
+        shown = pq.read_table(tmp_path / "tables" / "signatures.parquet").to_pylist()
+        assert [s["status"] for s in shown] == ["quiet", "new"]
+        # the updated tables are those of one run over every dead letter, compared with the first run
+        everything = [record("shop", m) for m in await listed(store, QueueRef("shop", "orders.dlq"))]
+        expected = purepython.analyse(everything, since_ms=first.last_ms)
+        for name in TABLES:
+            assert table(name) == expected[name], name
         runs = sorted((tmp_path / "runs").iterdir())
-        first, last = (json.loads((r / "run.json").read_text()) for r in (runs[0], runs[-1]))
-        assert (first["since_last"], last["since_last"]) == (False, True)
-        assert first["markers"] == [[None, "shop", "orders.dlq", 5]]
-        assert last["markers"] == [[None, "shop", "orders.dlq", 8]]
+        metas = [json.loads((r / "run.json").read_text()) for r in runs]
+        assert [m["markers"] for m in metas] == [[[None, "shop", "orders.dlq", n]] for n in (5, 8)]
+        assert [m["messages"] for m in metas] == [5, 8]
+        # only the newest run keeps the records the next one goes on from
+        assert [(r / "records").is_dir() for r in runs] == [False, True]
+        # a run without --since-last in between (keeping one run) is compared with, but neither goes on from
+        # the records nor drops them
+        plain = [a for a in argv if a != "--since-last"]
+        assert main([*plain, "--keep-runs", "1"]) == 0
+        middle = trends.previous(tmp_path, trends.scope(None, None))
+        assert middle is not None
+        assert middle.records is None
+        clock.advance(60)
+        await die({"error": "late 1"})
+        assert main(argv) == 0
+        everything = [record("shop", m) for m in await listed(store, QueueRef("shop", "orders.dlq"))]
+        assert len(everything) == 9
+        expected = purepython.analyse(everything, since_ms=middle.last_ms)
+        for name in TABLES:
+            assert table(name) == expected[name], name
         files = ["insights", "--input", str(tmp_path / "x.jsonl"), "--out", str(tmp_path), "--since-last"]
         assert main(files) == 2  # a usage error: it reads a store
     finally:
