@@ -127,9 +127,14 @@ async def _fill(url: str, messages: int, namespace: str, seed: int) -> None:
         await store.aclose()
 
 
+WORKERS = tuple(str(uuid.UUID(int=i)) for i in range(1, 4))  # the consumers' Client-IDs, one a batch
+
+
 async def _die(store: RedisStore, q: QueueRef, reason: str, n: int) -> None:
-    """Claim the queue's `n` messages; release them (each used its one claim: max_claims) or reject each."""
-    result = await store.claim(q, ttl=3600, grace=0, limit=n)
+    """Claim the queue's `n` messages (as one of WORKERS); release them (each used its one claim:
+    max_claims) or reject each."""
+    worker = WORKERS[n % len(WORKERS)]
+    result = await store.claim(q, ttl=3600, grace=0, limit=n, client_id=worker)
     claim = result.claim
     assert claim is not None, q
     assert len(claim.messages) == n, (q, n)
@@ -140,7 +145,7 @@ async def _die(store: RedisStore, q: QueueRef, reason: str, n: int) -> None:
     for i in range(0, n, 200):
         await asyncio.gather(
             *(
-                store.dead_letter_message(q, m.id, claim_id=claim.id, rejection=rejection)
+                store.dead_letter_message(q, m.id, claim_id=claim.id, rejection=rejection, client_id=worker)
                 for m in claim.messages[i : i + 200]
             )
         )

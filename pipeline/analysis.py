@@ -437,9 +437,13 @@ def consumers(enriched: DataFrame) -> DataFrame:
 
 
 def repeat_offenders(enriched: DataFrame) -> DataFrame:
-    """Identical bodies (same canonical JSON) dead-lettered more than once."""
+    """Identical bodies (same canonical JSON) dead-lettered more than once: the hashes seen twice or more are
+    found first (a shuffle of hashes only: most bodies are unique), then only their messages are
+    aggregated."""
+    ok = enriched.where(F.col("bucket") == "ok")
+    repeated = ok.groupBy("project", "body_hash").agg(F.count("*").alias("n")).where(F.col("n") > 1).drop("n")
     return (
-        enriched.where(F.col("bucket") == "ok")
+        ok.join(F.broadcast(repeated), ["project", "body_hash"], "left_semi")
         .groupBy("project", "body_hash")
         .agg(
             F.count("*").alias("messages"),
@@ -449,7 +453,6 @@ def repeat_offenders(enriched: DataFrame) -> DataFrame:
             _ids(F.col("at_ms")).alias("example_ids"),
             F.substring(F.min_by("example", F.struct("at_ms", "id")), 1, PREVIEW_CHARS).alias("preview"),
         )
-        .where(F.col("messages") > 1)
     )
 
 
