@@ -216,7 +216,13 @@ async def _main(args: argparse.Namespace) -> None:
     app = create_app(Settings(storage_uri=args.storage_uri), store=store, clock=clock)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://charon") as http:
         shop = await run(
-            http, store, clock, project=args.project, rounds=args.rounds, per_round=args.per_round
+            http,
+            store,
+            clock,
+            project=args.project,
+            rounds=args.rounds,
+            per_round=args.per_round,
+            seed=args.seed,
         )
     await store.aclose()
     print(f"{shop.posted} messages posted to project {shop.project}; DLQs {', '.join(shop.dlqs)}")
@@ -229,4 +235,5 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--per-round", type=int, default=25)
     parser.add_argument("--hours", type=int, default=10, help="the clock starts this long ago")
+    parser.add_argument("--seed", type=int, default=7, help="another seed: other bodies (a later pass)")
     asyncio.run(_main(parser.parse_args()))
