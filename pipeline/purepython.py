@@ -401,16 +401,17 @@ def _rejections(groups: Mapping[tuple[Any, ...], list[Mapping[str, Any]]]) -> li
         }
         for (project, source, code), rows in by.items()
     ]
-    return sorted(
-        out,
-        key=lambda r: (
-            -r["messages"],
-            r["project"],
-            r["source_queue"],
-            r["rejection_reason"] is not None,
-            r["rejection_reason"] or "",
-        ),
-    )
+    return _most_first(out, "rejection_reason")
+
+
+def _most_first(rows: list[Row], column: str) -> list[Row]:
+    """Per source queue rows, the most messages first, then by project, source queue and `column` (null
+    first), as analysis.ORDER sorts them."""
+
+    def key(r: Row) -> tuple[Any, ...]:
+        return (-r["messages"], r["project"], r["source_queue"], r[column] is not None, r[column] or "")
+
+    return sorted(rows, key=key)
 
 
 def _consumers(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
@@ -440,16 +441,7 @@ def _consumers(sigs: Mapping[tuple[str, str], list[Row]]) -> list[Row]:
                 "top_signature_messages": len(per[top]),
             }
         )
-    return sorted(
-        out,
-        key=lambda r: (
-            -r["messages"],
-            r["project"],
-            r["source_queue"],
-            r["consumer"] is not None,
-            r["consumer"] or "",
-        ),
-    )
+    return _most_first(out, "consumer")
 
 
 def _offenders(bodies: Mapping[tuple[str, str], list[tuple[Mapping[str, Any], str]]]) -> list[Row]:
