@@ -70,7 +70,8 @@ def write(
         "messages": insights.total,
         "rate_width_s": insights.rate_width_s,  # the width of the rate tables' buckets
         "compared_with": before.stamp if before else None,
-        # it read only what arrived after the run compared with, and added it to that run's records
+        # it read only what arrived after the newest run that kept records (not always the one compared
+        # with: a run without --since-last may come between), and added it to that run's records
         "since_last": since_last,
         "markers": [list(m) for m in markers],  # per DLQ, the highest marker read
     }

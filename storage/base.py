@@ -184,8 +184,8 @@ class ClaimStore(Protocol):
         claim_count already equals the queue's `_max_claim_count` is moved to the DLQ (or discarded when
         none is set) instead, and picking goes on until `limit` messages are claimed or none is left.
         `claim` is None when nothing was claimed; then `next_ms` says when a message becomes claimable by
-        time alone. `wait_ms` > 0: a long poll that will wait that long when nothing
-        is claimable, and wants to be told (`wakeups`) when something becomes so.
+        time alone. `wait_ms` > 0: a long poll that will wait that long when nothing is claimable, and
+        wants to be told (`wakeups`) when something becomes so.
         """
 
     async def get_claim(self, q: QueueRef, claim_id: ClaimId) -> Claim:

@@ -8,9 +8,9 @@
 --   publishes a wake-up (lib.lua publish_wakes).
 -- Takes the oldest ready messages, up to `limit`. Each one's claim_count is incremented in this script
 -- (promise 5), and the client id is kept on it as its last claimer ('ccl', which lib.lua dead_letter moves
--- into the provenance). A message whose count already equals _max_claim_count is moved to the DLQ (or discarded when
--- the queue has none) instead of being returned, and picking goes on past it until `limit` messages are
--- claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
+-- into the provenance). A message whose count already equals _max_claim_count is moved to the DLQ (or
+-- discarded when the queue has none) instead of being returned, and picking goes on past it until `limit`
+-- messages are claimed or none is left (promise 4). Cost: O(limit * log M) for M queued messages.
 local prefix, name, now, K = queue_script()
 local claim_id, ttl, grace, limit = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local wait_ms, client = tonumber(ARGV[11]), ARGV[12]

@@ -2,8 +2,8 @@
 --                     client id])
 --   -> {lib.lua marks(), 'moved' | 'discarded' (a message posted with dead_letter_eligible false)}
 -- A consumer rejects a message it holds: it moves to the queue's DLQ at once with reason 'rejected', the
--- consumer's text ('' = none) and its client id ('' = the last claimer's) in its provenance. Errors CHARON_NO_MESSAGE, CHARON_CLAIM_MISMATCH (lib.lua
--- check_held), CHARON_NO_DLQ when the queue has no DLQ.
+-- consumer's text ('' = none) and its client id ('' = the last claimer's) in its provenance. Errors
+-- CHARON_NO_MESSAGE, CHARON_CLAIM_MISMATCH (lib.lua check_held), CHARON_NO_DLQ when the queue has no DLQ.
 local prefix, name, now, K = queue_script()
 local id, claim_id = ARGV[7], ARGV[8]
 local err = check_held(KEYS[9], name, id, claim_id, now)
