@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-PAGE_SIZE = 2_000  # messages per Page: one script call (Redis) or one cursor batch (MongoDB)
+PAGE_SIZE = 2_000  # messages per Page: a ZRANGE and its HMGETs (Redis) or one cursor batch (MongoDB)
 
 # A Page's columns, one value per message:
 COLUMNS = (

@@ -294,8 +294,8 @@ class ProjectKeys:
 
     @property
     def message_prefix(self) -> str:
-        """message(id) is this followed by the id: export_dead_letters.lua builds the keys of the ids it
-        finds from it."""
+        """message(id) is this followed by the id: the dead-letter export (export.py) builds the keys of
+        the ids it finds from it."""
         return f"{self.prefix}m:"
 
     def claim(self, claim_id: str) -> str:

@@ -89,8 +89,9 @@ class Cluster(aioredis.RedisCluster):
         return await super().execute_command(*args, **kwargs)
 
 
-def cluster_options(url: str) -> dict[str, Any]:
-    """RedisCluster's arguments from `redis+cluster://[user:password@]host:port,host:port/`."""
+def cluster_options(url: str, *, node: type[Any] = ClusterNode) -> dict[str, Any]:
+    """RedisCluster's arguments from `redis+cluster://[user:password@]host:port,host:port/`; `node` is the
+    client's ClusterNode class (the asyncio one by default; the synchronous client needs its own)."""
     parts = urlsplit(url)
     credentials, _, hosts = parts.netloc.rpartition("@")
     nodes = []
@@ -98,7 +99,7 @@ def cluster_options(url: str) -> dict[str, Any]:
         host, _, port = address.strip().rpartition(":")
         if not host or not port.isdigit():
             raise InvalidInput(f"A Redis Cluster URI lists host:port pairs; got {address!r} in {url!r}.")
-        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+        nodes.append(node(host.strip("[]"), int(port)))
     options: dict[str, Any] = {"startup_nodes": nodes, "ssl": parts.scheme == "rediss+cluster"}
     if credentials:
         user, _, password = credentials.partition(":")
