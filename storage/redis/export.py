@@ -186,8 +186,8 @@ def _page(
 @contextmanager
 def _no_gc() -> Iterator[None]:
     """The cyclic garbage collector off while a page is read: the page's thousands of short-lived reply
-    lists set it off again and again, and its passes were a third of the read's time in a Spark worker
-    (they make no cycles; reference counting frees them)."""
+    lists set it off again and again, and its passes were a third of the client's time per message
+    (`bench/RESULTS.md`). The lists make no cycles: reference counting frees them."""
     was = gc.isenabled()
     gc.disable()
     try:
