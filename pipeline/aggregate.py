@@ -21,6 +21,19 @@ TABLES = (
 )  # fmt: skip
 
 
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+ROWS_PER_SHUFFLE_PARTITION = 250_000  # of the enriched rows an aggregate reads; its shuffle is far smaller
+MAX_SHUFFLE_PARTITIONS = 2_000
+
+
+def shuffle_partitions(rows: int, cores: int) -> int:
+    """The aggregates' shuffle partitions, from the data: two per core (every core busy, with some to
+    spare for skew), more when the rows are many, never more than MAX_SHUFFLE_PARTITIONS (Spark's fixed 200
+    was 100 tiny tasks a core for each of the dozen aggregates of a laptop-sized run; adaptive execution
+    coalesces what is still too small)."""
+    return max(2 * max(cores, 1), min(MAX_SHUFFLE_PARTITIONS, -(-rows // ROWS_PER_SHUFFLE_PARTITION)))
+
+
 @dataclass
 class Insights:
     tables: dict[str, pa.Table]
@@ -29,6 +42,7 @@ class Insights:
     first_ms: int  # the first and last death analysed
     last_ms: int
     timings: dict[str, float] = field(default_factory=dict)
+    shuffle_partitions: int | None = None  # what the aggregates ran with, when set from the data
 
     def rows(self, name: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self.tables[name].to_pylist()
@@ -74,6 +88,10 @@ def analyse(
         timings["read_s"] = time.monotonic() - started
         if total == 0:
             raise NothingToAnalyse("the input holds no messages; nothing to analyse.")
+        partitions = None
+        if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):  # unless the operator set it
+            partitions = shuffle_partitions(total, spark.sparkContext.defaultParallelism)
+            spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
         width = analysis.rate_width_s(first_ms or 0, last_ms or 0)
         recent_ms = analysis.recent_from(last_ms or 0, since_ms)
         frames = {
@@ -116,4 +134,5 @@ def analyse(
         first_ms=first_ms or 0,
         last_ms=last_ms or 0,
         timings={k: round(v, 3) for k, v in timings.items()},
+        shuffle_partitions=partitions,
     )

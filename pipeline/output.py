@@ -69,6 +69,7 @@ def write(
         "last_ms": insights.last_ms,
         "messages": insights.total,
         "rate_width_s": insights.rate_width_s,  # the width of the rate tables' buckets
+        "shuffle_partitions": insights.shuffle_partitions,  # null: set by the operator (Spark's conf)
         "compared_with": before.stamp if before else None,
         # it read only what arrived after the newest run that kept records (not always the one compared
         # with: a run without --since-last may come between), and added it to that run's records

@@ -206,6 +206,8 @@ def test_charon_insights_command(dead_letters: DeadLetters, tmp_path: Path) -> N
     assert (out / "report.html").stat().st_size > 10_000
     by_source = pq.read_table(out / "tables" / "by_source.parquet").to_pylist()
     assert by_source == purepython.analyse(dead_letters.records)["by_source"]
+    [run] = out.glob("runs/*/run.json")
+    assert json.loads(run.read_text())["shuffle_partitions"] == 4  # from the data: two per core, few rows
 
 
 @pytest.mark.slow
@@ -217,7 +219,8 @@ def test_spark_submit_runs_the_same_job(dead_letters: DeadLetters, tmp_path: Pat
     done = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
          "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}",
-         "--conf", "spark.ui.enabled=false", "app/submit.py", "--storage-uri", dead_letters.store.uri,
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=3",
+         "app/submit.py", "--storage-uri", dead_letters.store.uri,
          "--namespace", dead_letters.store.namespace, "--out", str(out), "--max-body-bytes", "4096",
          "--quiet"],
         capture_output=True, text=True, timeout=240, cwd=ROOT, env=env, check=False,
@@ -225,3 +228,5 @@ def test_spark_submit_runs_the_same_job(dead_letters: DeadLetters, tmp_path: Pat
     assert done.returncode == 0, "\n".join(line for line in done.stderr.splitlines() if " INFO " not in line)
     assert [line for line in done.stderr.splitlines() if " INFO " in line] == []  # pipeline/log4j2.properties
     assert written(out, "signatures") == purepython.analyse(dead_letters.records)["signatures"]
+    [run] = out.glob("runs/*/run.json")
+    assert json.loads(run.read_text())["shuffle_partitions"] is None  # the operator's --conf stands
