@@ -195,9 +195,12 @@ def compared(
     for row in tables["by_source"]:
         group = values[(row["project"], row["dlq"], row["source_queue"], row["reason"])]
         for column, (kind, p) in PERCENTILES.items():
-            ordered = group[kind]
-            rank = bisect.bisect_right(ordered, row[column])  # values at or below Spark's percentile
-            worst = max(worst, abs(rank - math.ceil(p * len(ordered))) / len(ordered))
+            ordered, target = group[kind], math.ceil(p * len(group[kind]))
+            # the ranks Spark's value holds (1-based; a value repeated holds several): how far the target
+            # rank is from them
+            value = row[column]
+            first, last = bisect.bisect_left(ordered, value) + 1, bisect.bisect_right(ordered, value)
+            worst = max(worst, max(0, first - target, target - last) / len(ordered))
     same = all(
         aside(tables[n]) == aside(expected[n]) if n == "by_source" else tables[n] == expected[n]
         for n in expected

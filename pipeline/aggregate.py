@@ -24,6 +24,7 @@ TABLES = (
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 ROWS_PER_SHUFFLE_PARTITION = 250_000  # of the enriched rows an aggregate reads; its shuffle is far smaller
 MAX_SHUFFLE_PARTITIONS = 2_000
+SPARK_DEFAULT = "200"  # spark.sql.shuffle.partitions when nobody set it (or set it to 200)
 
 
 def shuffle_partitions(rows: int, cores: int) -> int:
@@ -81,6 +82,7 @@ def analyse(
         records = spark.read.parquet(save)
     step("reading and parsing")
     enriched = analysis.enrich(records).persist(StorageLevel.MEMORY_AND_DISK)
+    before, partitions = spark.conf.get(SHUFFLE_PARTITIONS) or SPARK_DEFAULT, None
     try:
         span = enriched.agg(F.count("*"), F.min("at_ms"), F.max("at_ms")).first()
         assert span is not None
@@ -88,8 +90,8 @@ def analyse(
         timings["read_s"] = time.monotonic() - started
         if total == 0:
             raise NothingToAnalyse("the input holds no messages; nothing to analyse.")
-        partitions = None
-        if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):  # unless the operator set it
+        # unless the operator chose (--conf, spark-defaults.conf, or set in this session): put back after
+        if not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS) and before == SPARK_DEFAULT:
             partitions = shuffle_partitions(total, spark.sparkContext.defaultParallelism)
             spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
         width = analysis.rate_width_s(first_ms or 0, last_ms or 0)
@@ -126,6 +128,8 @@ def analyse(
             enriched.write.mode("overwrite").parquet(keep)
     finally:
         enriched.unpersist()
+        if partitions is not None:
+            spark.conf.set(SHUFFLE_PARTITIONS, before)
     step("")
     return Insights(
         tables=tables,

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import redis
 import redis.cluster
+import redis.exceptions
 
 from core.errors import StorageUnavailable
 from storage.export import PAGE_SIZE, Extent, Page, Slice, Value, shown
@@ -28,7 +29,7 @@ from storage.redis.store import CLUSTER_SCHEMES, cluster_options
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0  # a page of large bodies from a busy server
 
-# The export's columns (after id and marker, which the script adds) as message hash fields.
+# The export's columns (after id and marker, which the ZRANGE gives) as message hash fields.
 COLUMN_FIELDS = {
     "body": MessageField.BODY,
     "created_ms": MessageField.CREATED,
@@ -67,21 +68,25 @@ class RedisExport:
             return redis.RedisCluster(**cluster_options(self.uri, node=redis.cluster.ClusterNode), **timeouts)
         return redis.Redis.from_url(self.uri, **timeouts)
 
-    def _unavailable(self, e: Exception) -> StorageUnavailable:
-        return StorageUnavailable(f"Cannot read Redis at {shown(self.uri)}: {e}")
-
     def extents(self, project: str | None, names: Sequence[str] | None) -> list[Extent]:
-        client = self._client()
+        with self._unavailable_as_error():
+            client = self._client()  # a RedisCluster connects as it is made
+            try:
+                if project:
+                    projects = [project]
+                else:
+                    projects = sorted(_text(p) for p in client.smembers(projects_key(self.namespace)))
+                return [e for p in projects for e in self._extents(client, p, names)]
+            finally:
+                client.close()
+
+    @contextmanager
+    def _unavailable_as_error(self) -> Iterator[None]:
+        """redis-py's errors, the cluster client's own included (not RedisErrors), as StorageUnavailable."""
         try:
-            if project:
-                projects = [project]
-            else:
-                projects = sorted(_text(p) for p in client.smembers(projects_key(self.namespace)))
-            return [e for p in projects for e in self._extents(client, p, names)]
-        except redis.RedisError as e:
-            raise self._unavailable(e) from e
-        finally:
-            client.close()
+            yield
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
+            raise StorageUnavailable(f"Cannot read Redis at {shown(self.uri)}: {e}") from e
 
     def _extents(
         self, client: redis.Redis | redis.RedisCluster, project: str, names: Sequence[str] | None
@@ -118,27 +123,24 @@ class RedisExport:
         return sorted(named.intersection(existing))
 
     def read(self, part: Slice) -> Iterator[Page]:
-        client = self._client()
-        try:
-            yield from self._read(client, part)
-        except redis.RedisError as e:
-            raise self._unavailable(e) from e
-        finally:
-            client.close()
+        with self._unavailable_as_error():
+            client = self._client()
+            try:
+                yield from self._read(client, part)
+            finally:
+                client.close()
 
     def _read(self, client: redis.Redis | redis.RedisCluster, part: Slice) -> Iterator[Page]:
         keys = ProjectKeys.of(self.namespace, part.project)
         msgs, prefix = keys.messages(part.queue), keys.message_prefix.encode()
-        node = (
-            client.get_node_from_key(msgs).redis_connection  # type: ignore[no-untyped-call]
-            if isinstance(client, redis.RedisCluster)
-            else client
-        )  # the node of the queue's slot, which holds its messages' hashes too
-        assert node is not None
         lo = part.lo
         while lo <= part.hi:
             with _no_gc():
-                markers, columns = _page(node, msgs, prefix, lo, part.hi, part.now_ms)
+                if isinstance(client, redis.RedisCluster):
+                    ids, markers, rows = _fetch_in_cluster(client, msgs, prefix, lo, part.hi)
+                else:
+                    ids, markers, rows = _fetch(client, msgs, prefix, lo, part.hi)
+                columns = _columns(ids, markers, rows, part.now_ms)
             if markers:
                 lo = markers[-1] + 1
             if columns is not None:
@@ -147,11 +149,12 @@ class RedisExport:
                 return
 
 
-def _page(
-    node: redis.Redis, msgs: str, prefix: bytes, lo: int, hi: int, now_ms: int
-) -> tuple[list[Any], dict[str, Sequence[Value]] | None]:
-    """The markers of up to PAGE_SIZE messages of `msgs` from marker `lo` to `hi`, and the columns of those
-    not expired at `now_ms` (None if none is left)."""
+Fetched = tuple[list[Any], list[int], list[Any]]  # ids, markers, and each id's HMGET of _FIELDS
+
+
+def _fetch(node: redis.Redis, msgs: str, prefix: bytes, lo: int, hi: int) -> Fetched:
+    """Up to PAGE_SIZE messages of `msgs` with markers from `lo` to `hi`, from one server: a ZRANGE, then
+    the HMGETs packed in one buffer and their replies read as sent."""
     page = _Raw(node)
     try:
         # [[id, marker], ...] in RESP3 (redis-py's default), flat [id, marker, ...] in RESP2; as the server
@@ -160,7 +163,7 @@ def _page(
             page.pack("ZRANGE", msgs, lo, hi, "BYSCORE", "LIMIT", 0, PAGE_SIZE, "WITHSCORES"), 1
         )[0]
         if not found:
-            return [], None
+            return [], [], []
         if isinstance(found[0], list):
             ids, markers = [m for m, _ in found], [int(score) for _, score in found]
         else:
@@ -168,19 +171,45 @@ def _page(
         packed = [
             _HMGET_HEAD + b"$%d\r\n%s\r\n" % (len(prefix) + len(m), prefix + m) + _HMGET_FIELDS for m in ids
         ]
-        rows = page.ask(b"".join(packed), len(ids))
+        return ids, markers, page.ask(b"".join(packed), len(ids))
     finally:
         page.done()
+
+
+def _fetch_in_cluster(client: redis.RedisCluster, msgs: str, prefix: bytes, lo: int, hi: int) -> Fetched:
+    """_fetch from the primary that holds the queue's slot (its messages' keys share it); when the slot has
+    moved or is moving (MOVED, ASK: a reshard, a failover), the page again through redis-py's cluster
+    routing, which follows the redirects and refreshes the slot map for the pages after."""
+    node = client.get_node_from_key(msgs).redis_connection  # type: ignore[no-untyped-call]
+    assert node is not None
+    try:
+        return _fetch(node, msgs, prefix, lo, hi)
+    except redis.exceptions.AskError:  # MovedError is one too
+        pass
+    found: Any = client.zrange(msgs, lo, hi, byscore=True, offset=0, num=PAGE_SIZE, withscores=True)
+    ids, markers = [m for m, _ in found], [int(score) for _, score in found]
+    pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
+    for m in ids:
+        pipe.hmget(prefix + m, _FIELDS)
+    return ids, markers, pipe.execute()
+
+
+def _columns(
+    ids: list[Any], markers: list[int], rows: list[Any], now_ms: int
+) -> dict[str, Sequence[Value]] | None:
+    """A page's columns, of the messages whose hash is still there (it may have left the DLQ since the
+    ZRANGE) and not expired at `now_ms`; None when none is."""
+    if not ids:
+        return None
     expires, *values = zip(*rows, strict=True)
-    # a hash gone (the message left the DLQ since the ZRANGE) or expired is skipped
     keep = [e is not None and int(e) > now_ms for e in expires]
     columns: dict[str, Sequence[Value]] = {"id": ids, "marker": markers}
     columns.update(zip(COLUMN_FIELDS, values, strict=True))
     if not all(keep):
         if not any(keep):
-            return markers, None
+            return None
         columns = {name: list(compress(column, keep)) for name, column in columns.items()}
-    return markers, columns
+    return columns
 
 
 @contextmanager

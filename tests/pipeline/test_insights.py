@@ -141,3 +141,21 @@ def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLette
     assert f"<code>{worst['consumer']}</code>" in html
     assert f"href='#{report._anchor('shop', worst['top_signature'])}'" in html
     assert f"id='{report._anchor('shop', worst['top_signature'])}'" in html
+
+
+@pytest.mark.parametrize("dead_letters", ["redis"], indirect=True)
+def test_shuffle_partitions_come_from_the_data_unless_chosen(
+    spark: SparkSession, dead_letters: DeadLetters
+) -> None:
+    """Spark's default of 200 shuffle partitions is replaced for the job by what the data needs (two per
+    core here) and put back after; a number the session chose stands."""
+    key = "spark.sql.shuffle.partitions"
+    assert spark.conf.get(key) == "4"  # the fixture's choice
+    assert from_store(spark, dead_letters).shuffle_partitions is None
+    assert spark.conf.get(key) == "4"
+    spark.conf.unset(key)
+    try:
+        assert from_store(spark, dead_letters).shuffle_partitions == 2 * spark.sparkContext.defaultParallelism
+        assert spark.conf.get(key) == "200"  # the session as the job found it
+    finally:
+        spark.conf.set(key, "4")
