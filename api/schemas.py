@@ -22,6 +22,7 @@ from pydantic_core import core_schema
 
 from api.ids import ID_PATTERN, ID_SCHEMA
 from core.limits import NAME_RULE, NAME_SCHEMA, is_name
+from core.signatures import DEFAULT_MAX_BODY_BYTES, SIGNATURE_CHARS, SIGNATURE_PATTERN
 from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
 
@@ -150,6 +151,15 @@ class RedriveFilter(_In):
         "looked up rather than the DLQ walked: `charon insights` writes such requests for each failure "
         "signature. The other filters apply too; an id that is not a message of this DLQ, or that was "
         "dead-lettered after the redrive began, is passed over.",
+    )
+    signature: str | None = Field(
+        None,
+        pattern=SIGNATURE_PATTERN,
+        description=f"Only the messages of this failure signature ({SIGNATURE_CHARS} lower-case hex digits), "
+        "as `charon insights` names it at its default --max-body-bytes "
+        f"({DEFAULT_MAX_BODY_BYTES:,}; a longer body is not read for its error text): every message of "
+        "that cause, however many, so a fixed consumer gets exactly those again. The server computes each "
+        "dead letter's signature as it walks the DLQ; the other filters apply too.",
     )
 
 

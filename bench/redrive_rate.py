@@ -4,7 +4,9 @@ process, same redis-server started here).
 10,000 messages are dead-lettered by claim-and-release (limit 20, `_max_claim_count` 1: one move per message,
 20 a script call), then moved back by one redrive task stepped in batches of 100 (the API's runner does the
 same, with no throttle). Both are timed at the driver, so the ratio is what one script call per 100 moves
-buys against one per 20.
+buys against one per 20. Each round then does it again with a redrive by failure signature (every body
+carries an error of one cause, so it moves the same 10,000): the driver reads each batch and signs it in
+Python before the script (core/signatures.py), and the ratio to the plain redrive is what that costs.
 
 Run: .venv/bin/python -m bench.redrive_rate
 """
@@ -15,6 +17,7 @@ import asyncio
 import time
 import uuid
 
+from core import signatures
 from core.limits import Limits
 from core.metadata import parse_policy
 from core.models import NewMessage, QueueRef, RedriveSpec, TaskId
@@ -25,13 +28,19 @@ N = 10_000
 Q, DLQ = QueueRef("bench", "src"), QueueRef("bench", "src.dlq")
 
 
-async def one_round(store: RedisStore) -> tuple[float, float]:
+SIGNATURE = signatures.signature("order <*> failed: card <*> declined")
+
+
+async def one_round(store: RedisStore, spec: RedriveSpec) -> tuple[float, float]:
     meta = {"_max_claim_count": 1, "_dead_letter_queue": DLQ.name}
     await store.set_metadata(Q, metadata=meta, policy=parse_policy(meta, Limits(), queue=Q.name))
     for _ in range(N // 20):
         await store.post_messages(
             Q,
-            [NewMessage(body={"n": i}) for i in range(20)],
+            [
+                NewMessage(body={"n": i, "error": f"order {i} failed: card cus_{i}x{i} declined"})
+                for i in range(20)
+            ],
             client_id="c",
             default_ttl=3600,
             default_delay=0,
@@ -42,7 +51,7 @@ async def one_round(store: RedisStore) -> tuple[float, float]:
         await store.release_claim(Q, claim.id)
     dead_lettering = time.perf_counter() - start
     task_id = TaskId(uuid.uuid4().hex)
-    await store.create_redrive(DLQ, task_id, RedriveSpec(), owner="b", lease_ms=60_000)
+    await store.create_redrive(DLQ, task_id, spec, owner="b", lease_ms=60_000)
     start = time.perf_counter()
     while (await store.redrive_step(DLQ, task_id, owner="b", lease_ms=60_000, batch=100)).status == "running":
         pass
@@ -57,10 +66,12 @@ async def main() -> None:
     try:
         store = RedisStore.from_url(server.url, namespace=f"b{uuid.uuid4().hex[:8]}")
         for round_ in range(3):
-            dl, rd = await one_round(store)
+            dl, rd = await one_round(store, RedriveSpec())
+            _, by_signature = await one_round(store, RedriveSpec(signature=SIGNATURE))
             print(
                 f"round {round_}: dead-lettering {N / dl:,.0f} moves/s, redrive {N / rd:,.0f} moves/s, "
-                f"redrive/dead-lettering {dl / rd:.2f}"
+                f"redrive/dead-lettering {dl / rd:.2f}; by signature {N / by_signature:,.0f} moves/s, "
+                f"signature/plain {rd / by_signature:.2f}"
             )
         await store.aclose()
     finally:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, NewType, TypeVar
 
+from core import signatures
+
 MessageId = NewType("MessageId", str)
 ClaimId = NewType("ClaimId", str)
 DeadLetterReason = Literal["max_claims", "expired", "rejected"]
@@ -183,6 +185,8 @@ class RedriveSpec:
     # only these messages (distinct, in the order given): the task looks each one up instead of walking the
     # DLQ, its cursor and end counting ids, not markers
     message_ids: tuple[MessageId, ...] | None = None
+    # only the messages of this failure signature, as `charon insights` names it (core/signatures.py)
+    signature: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
@@ -207,6 +211,7 @@ class RedriveSpec:
             and (self.reason is None or d.reason == self.reason)
             and (self.after_ms is None or d.dead_lettered_at_ms >= self.after_ms)
             and (self.before_ms is None or d.dead_lettered_at_ms < self.before_ms)
+            and (self.signature is None or signatures.of_message(m) == self.signature)
         )
 
 

@@ -17,4 +17,6 @@ export.py       a store's DLQs as JSON Lines (`charon export`)
 errors.py       why the job cannot run (InsightsError, NothingToAnalyse)
 """
 
-DEFAULT_MAX_BODY_BYTES = 65_536  # a longer body is counted as "huge", not parsed
+from core.signatures import DEFAULT_MAX_BODY_BYTES  # a longer body is counted as "huge", not parsed
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES"]

@@ -23,14 +23,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from core.signatures import ERROR_FIELDS, MASKS, MAX_ERROR_CHARS, MESSAGE_FIELDS, SIGNATURE_CHARS
+
 # A number type in schema_of_variant's output: after ": " (an object's field), "ARRAY<" or at the start.
 # (A key is after "OBJECT<" or ", ", so a key named BIGINT stays; only a quoted key with ": BIGINT" in it
 # would be changed.)
 NUMBER_TYPES = r"(^|: |ARRAY<)(?:BIGINT|INT|SMALLINT|TINYINT|DOUBLE|FLOAT|DECIMAL\([0-9]+,[0-9]+\))(?=[,>]|$)"
-ERROR_FIELDS = ("error", "exception", "reason")
-# An error field that holds an object: its text is the first of these (else the object's JSON).
-MESSAGE_FIELDS = ("message", "msg", "detail", "description", "error")
-MAX_ERROR_CHARS = 200
 PREVIEW_CHARS = 160
 EXAMPLE_CHARS = 1000  # of an example body in the signatures table
 EXAMPLES = 3  # example messages per group: the earliest dead-lettered ones (a signature's: the newest)
@@ -43,29 +41,6 @@ DISTINGUISHES = 0.5  # a field whose share in a signature differs by this much f
 # (purepython.percentile_approx); a bounded sketch per group, where `percentile` kept every value
 PERCENTILE_ACCURACY = 10_000
 
-# Normalising failure text so that one cause reads the same whatever ids, values and times it names: each
-# pattern in this order, every masked value written <*>. ASCII classes only, so that Java's regex (Spark) and
-# Python's `re` (purepython.py) match the same text. A token is a run of letters, digits, '_' and '-'.
-MASKS = (
-    # ISO 8601 / RFC 3339 dates and times, with or without a time, fraction and zone
-    (
-        r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]+)?)?"
-        r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?)?",
-        "<*>",
-    ),
-    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<*>"),  # UUID
-    (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:[.][A-Za-z0-9-]+)+", "<*>"),  # e-mail address
-    # a quoted value, but not a quoted lower-case identifier ('amount', "order_id": a field's name)
-    (r"(?<![0-9A-Za-z])'(?![a-z][a-z_]*')[^'\r\n]*'(?![0-9A-Za-z])", "'<*>'"),
-    (r'(?<![0-9A-Za-z])"(?![a-z][a-z_]*")[^"\r\n]*"(?![0-9A-Za-z])', '"<*>"'),
-    # an id with a type prefix (cus_, pi_, ...) and a digit or capital in what follows
-    (r"(?<![0-9A-Za-z_-])[A-Za-z]{1,12}_(?=[0-9A-Za-z]*[0-9A-Z])[0-9A-Za-z]{8,}(?![0-9A-Za-z_-])", "<*>"),
-    # any token with a digit in it (numbers, hex, ids mixing letters and digits) or of 12+ hex digits
-    (r"(?<![0-9A-Za-z_-])(?:[0-9A-Za-z_-]*[0-9][0-9A-Za-z_-]*|[0-9a-fA-F]{12,})(?![0-9A-Za-z_-])", "<*>"),
-    (r"<[*]>(?:[.,:]<[*]>)+", "<*>"),  # 5.2.2, 10:42:07, 1,000
-    (r"[ \t\r\n]+", " "),
-)
-SIGNATURE_CHARS = 16  # hex digits of the SHA-256 of the error text that name a signature
 # A signature's `recent` messages: dead-lettered after the previous run's last death, else in the RECENT_S
 # before the last death of this run's messages.
 RECENT_S = 3600

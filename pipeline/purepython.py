@@ -2,7 +2,8 @@
 
 Two uses: the benchmark's baseline (what a single-process script over the same records costs), and the
 tests' oracle (every Spark aggregate is checked against these numbers). It is written independently of the
-Spark code, from analysis.py's definitions: json instead of VARIANT, `re` instead of Java's regex.
+Spark code, from analysis.py's definitions: json instead of VARIANT, `re` instead of Java's regex; the
+error text and signature are core/signatures.py's, which the service's redrive filter uses too.
 """
 
 from __future__ import annotations
@@ -15,21 +16,18 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from core import signatures
+from core.signatures import canonical, normalise, signature
 from pipeline import trends
 from pipeline.analysis import (
     DISTINGUISHES,
-    ERROR_FIELDS,
     EXAMPLE_CHARS,
     EXAMPLES,
-    MASKS,
-    MAX_ERROR_CHARS,
     MAX_FIELDS,
-    MESSAGE_FIELDS,
     OPTIONAL_BELOW,
     PERCENTILE_ACCURACY,
     PREVIEW_CHARS,
     REDRIVE_IDS,
-    SIGNATURE_CHARS,
     TTD_BUCKETS,
     TTD_LAST,
     rate_width_s,
@@ -37,13 +35,6 @@ from pipeline.analysis import (
 )
 
 Row = dict[str, Any]
-_MASKS = tuple((re.compile(p), r) for p, r in MASKS)
-
-
-def canonical(value: Any) -> str:
-    """The body's JSON with keys sorted, as Spark's to_json of a VARIANT writes it (but for doubles that need
-    an exponent: Python writes 1e+300, Spark 1.0E300; only the shown hash and preview differ then)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 Type = str | tuple[str, Any]  # "STRING" ..., ("OBJECT", {key: Type}) or ("ARRAY", Type)
@@ -101,41 +92,14 @@ def shape(body: Any) -> str:
     return _show(_type(body))
 
 
-def normalise(text: str | None) -> str | None:
-    if text is None:
-        return None
-    for pattern, replacement in _MASKS:
-        text = pattern.sub(replacement, text)
-    return text.strip(" ")[:MAX_ERROR_CHARS] or None
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else canonical(value)
-
-
 def error_text(
     body: Mapping[str, Any] | None,
     record: Mapping[str, Any],
     clean: Callable[[str | None], str | None] = normalise,
 ) -> str | None:
-    """`body`: the parsed body when it is a JSON object, else None; `clean`: what is done to the text found
-    (the masks; bench/signatures.py gives the text to other groupings unmasked)."""
-    for name in ERROR_FIELDS:
-        value = (body or {}).get(name)
-        if value is None:
-            continue
-        if isinstance(value, dict):
-            inner = next((value[k] for k in MESSAGE_FIELDS if value.get(k) is not None), None)
-            return clean(_text(value if inner is None else inner))
-        return clean(_text(value))
-    given = record.get("rejection_description")
-    return clean(given if given is not None else record.get("rejection_reason"))
-
-
-def signature(error: str | None, source_queue: str | None = None, reason: str | None = None) -> str:
-    if error is None and source_queue is not None and reason is not None:
-        error = f"\n{source_queue}\n{reason}"
-    return hashlib.sha256((error or "").encode()).hexdigest()[:SIGNATURE_CHARS]
+    """signatures.error_text of a record: `body` parsed when it is a JSON object, else None."""
+    description, reason = record.get("rejection_description"), record.get("rejection_reason")
+    return signatures.error_text(body, description, reason, clean)
 
 
 def bucket(record: Mapping[str, Any]) -> tuple[str, Any]:

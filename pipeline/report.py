@@ -342,6 +342,19 @@ def redrive_curl(project: str, dlq: str, path: str) -> str:
     )
 
 
+def signature_curl(project: str, dlq: str, signature: str, *, dry_run: bool) -> str:
+    """The command that redrives every dead letter of a signature now in `dlq` (filter.signature: the server
+    computes each one's signature as insights does at its default --max-body-bytes)."""
+    body: dict[str, Any] = {"filter": {"signature": signature}}
+    if dry_run:
+        body["dry_run"] = True
+    return (
+        f'curl -X POST -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
+        f'-H "Content-Type: application/json" "$BASE"{shlex.quote(f"/v2/queues/{dlq}/redrive")} '
+        f"-d {shlex.quote(json.dumps(body, separators=(',', ':')))}"
+    )
+
+
 def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
@@ -359,9 +372,14 @@ def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
             else f"the newest {len(ids):,} of {r['messages']:,} (a request lists at most {REDRIVE_IDS:,})"
         )
         commands = f"{redrive_curl(project, r['dlq'], dry)}\n{redrive_curl(project, r['dlq'], real)}"
+        every = "\n".join(
+            signature_curl(project, r["dlq"], r["signature"], dry_run=dry_run) for dry_run in (True, False)
+        )
         out.append(
             f"<div class=muted>redrive {some} in {escape(r['dlq'])} (from the output directory): "
             f"the dry run, then the redrive</div><pre>{escape(commands)}</pre>"
+            "<div class=muted>or every dead letter of this signature in it now, however many, those "
+            f"dead-lettered since this run too</div><pre>{escape(every)}</pre>"
         )
     return "".join(out)
 

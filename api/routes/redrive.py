@@ -50,6 +50,7 @@ def _spec(q: QueueRef, body: RedriveIn) -> RedriveSpec:
         limit=body.limit,
         max_per_second=body.max_per_second,
         message_ids=tuple(map(MessageId, dict.fromkeys(f.message_ids))) if f and f.message_ids else None,
+        signature=f.signature if f else None,
     )
     if spec.destination == q.name:
         raise InvalidInput(f"destination must be another queue than the DLQ {q.name!r} itself.")
@@ -66,6 +67,7 @@ def _request(spec: RedriveSpec) -> dict[str, Any]:
         "dead_lettered_after": iso(spec.after_ms) if spec.after_ms is not None else None,
         "dead_lettered_before": iso(spec.before_ms) if spec.before_ms is not None else None,
         "message_ids": list(spec.message_ids) if spec.message_ids is not None else None,
+        "signature": spec.signature,
     }
     out: dict[str, Any] = {
         "destination": spec.destination,

@@ -166,6 +166,7 @@ class TaskField(StrEnum):
     BEFORE = "fbefore"
     LIMIT = "limit"
     IDS = "fids"  # a task of listed message ids: how many ('' otherwise); the ids are in its spec
+    SIGNATURE = "fsig"  # a signature filter ('' otherwise): redrive_step moves only ids read and found of it
 
 
 class SubscriptionField(StrEnum):

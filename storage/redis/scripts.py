@@ -140,6 +140,15 @@ class PostReply(NamedTuple):
     earlier_ids: list[str] | None  # an Idempotency-Key's earlier post: its ids, nothing stored now
 
 
+class ReadAhead(NamedTuple):
+    """A signature task's next step, read by the driver: from cursor `at` up to marker `upto` (None: to the
+    end), the ids found of its signature."""
+
+    at: int
+    upto: int | None
+    only: list[str]
+
+
 class ListReply(NamedTuple):
     last_marker: int
     more: bool
@@ -367,19 +376,31 @@ class Scripts:
         filters: list[Any],
         owner: str,
         lease_ms: int,
+        signature: str | None,
     ) -> int:
         """filters: destination, source queue, reason, after ms, before ms, limit, number of listed ids
         (None = not given). Returns where the task stops: the DLQ's last marker, or the number of ids."""
         args = [task_id, orjson.dumps(dict(spec)).decode(), *map(_opt, filters), owner, lease_ms]
+        args.append(_opt(signature))
         keys = [t.project.task(task_id), t.project.tasks(t.q.name)]
         return int(await self._queue("task_create", t, now, args, keys))
 
     async def redrive_step(
-        self, t: Target, *, now: int, task_id: str, owner: str, lease_ms: int, batch: int
+        self,
+        t: Target,
+        *,
+        now: int,
+        task_id: str,
+        owner: str,
+        lease_ms: int,
+        batch: int,
+        read: ReadAhead | None = None,
     ) -> StepReply:
-        out = await self._queue(
-            "redrive_step", t, now, [task_id, owner, lease_ms, batch], [t.project.task(task_id)]
-        )
+        """`read`: what the driver read for a task with a signature filter (redrive_step.lua)."""
+        args: list[Any] = [task_id, owner, lease_ms, batch]
+        if read is not None:
+            args += [read.at, _opt(read.upto), orjson.dumps(read.only).decode()]
+        out = await self._queue("redrive_step", t, now, args, [t.project.task(task_id)])
         marks, *fields = out
         return StepReply(marks, dict(zip(STEP_FIELDS, map(str, fields), strict=True)))
 

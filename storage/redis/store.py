@@ -62,7 +62,7 @@ from storage.redis.keys import (
 )
 from storage.redis.outbox import Outbox
 from storage.redis.runner import ScriptRunner, unavailable_as_domain_error
-from storage.redis.scripts import LOWERED, OWED, Scripts, Target, policy_args
+from storage.redis.scripts import LOWERED, OWED, ReadAhead, Scripts, Target, policy_args
 from storage.redis.wakeups import RedisWakeups
 
 DROP_BATCH = 500
@@ -638,6 +638,7 @@ class RedisStore:
             filters=filters,
             owner=owner,
             lease_ms=lease_ms,
+            signature=spec.signature,
         )
         return RedriveTask(
             id=task_id,
@@ -713,19 +714,50 @@ class RedisStore:
             async with unavailable_as_domain_error():
                 await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): 0}, xx=True)
 
+    async def _read_ahead(self, q: QueueRef, t: Target, task_id: TaskId, batch: int) -> ReadAhead | None:
+        """For a running task with a signature filter: the next `batch` messages it looks at (listed ids, or
+        from its cursor on), read with the DLQ's list script, and the ids of those its filters match. None
+        for any other task (one round trip to find out)."""
+        async with unavailable_as_domain_error():
+            status, signature, raw, cursor = await self._client.hmget(
+                self._task_key(q, task_id), [T.STATUS, T.SIGNATURE, T.SPEC, T.CURSOR]
+            )
+        if status != "running" or not signature or raw is None or cursor is None:
+            return None
+        spec, at = RedriveSpec.from_dict(orjson.loads(raw)), int(cursor)
+        upto: int | None = None
+        if spec.message_ids is not None:
+            found = await self.get_messages(q, list(spec.message_ids[at : at + batch]))
+        else:
+            page = await self._scripts.list_messages(
+                t,
+                now=self._clock.now_ms(),
+                marker=at,
+                limit=batch,
+                echo=True,
+                client_id="",
+                include_claimed=True,
+                include_delayed=True,
+            )
+            found, upto = page.messages, (page.last_marker if page.more else None)
+        return ReadAhead(at, upto, [m.id for m in found if spec.matches(m)])
+
     async def redrive_step(
         self, q: QueueRef, task_id: TaskId, *, owner: str, lease_ms: int, batch: int
     ) -> RedriveTask:
         """The step is one script, which returns the task as it leaves it; the global index is then brought
         along. That is a hint only (task_lease reads the task's own lease), so a failure there never fails a
-        step whose moves are done."""
+        step whose moves are done. A task with a signature filter first has its next messages read here
+        (Lua cannot compute a signature) and the script moves only those found of it."""
+        target = await self._target(q)
         r = await self._scripts.redrive_step(
-            await self._target(q),
+            target,
             now=self._clock.now_ms(),
             task_id=task_id,
             owner=owner,
             lease_ms=lease_ms,
             batch=batch,
+            read=await self._read_ahead(q, target, task_id, batch),
         )
         await self._scheduled(q, r.marks)
         task = _task(q, task_id, r.task)

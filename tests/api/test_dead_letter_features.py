@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from api.schemas import MessageOut, RedrivePreviewOut, RedriveTaskOut
 from app.main import create_app
 from app.settings import Settings
+from core import signatures
 from core.clock import ManualClock
 from service.redrive import RedriveRunner
 from storage.base import Store
@@ -210,6 +211,24 @@ async def test_redrive_of_listed_ids_dry_run_then_exactly_those(client: httpx.As
     assert [m["id"] for m in left] == [ids[1]]
 
 
+async def test_redrive_by_signature_dry_run_then_exactly_that_cause(client: httpx.AsyncClient) -> None:
+    bodies = [{"error": f"customer cus_{i}Zq81PzaBx{i} not found", "n": i} for i in range(3)]
+    ids = await dead_letter_all(client, "orders", bodies[0], {"error": "timeout"}, *bodies[1:], "plain")
+    wanted = {ids[0], ids[2], ids[3]}
+    body = {"filter": {"signature": signatures.signature("customer <*> not found")}}
+    r = await client.post("/v2/queues/orders.dlq/redrive", json={**body, "dry_run": True})
+    assert r.status_code == 200, r.text
+    preview = RedrivePreviewOut.model_validate(r.json())
+    assert (preview.scanned, preview.matched, preview.would_move) == (5, 3, 3)
+    assert {m.id for m in preview.sample} == wanted
+    r = await client.post("/v2/queues/orders.dlq/redrive", json={**body, "limit": 100})
+    assert r.status_code == 200, r.text
+    task = RedriveTaskOut.model_validate(r.json())
+    assert (task.status, task.progress.moved, task.request["filter"]) == ("succeeded", 3, body["filter"])
+    left = (await client.get("/v2/queues/orders.dlq/messages?echo=true")).json()["messages"]
+    assert {m["id"] for m in left} == set(ids) - wanted
+
+
 async def test_redrive_as_a_task_then_cancel(store: Store, clock: ManualClock, settings: Settings) -> None:
     app = create_app(settings, store=store, clock=clock)
     async with api_client(app) as client:
@@ -275,6 +294,9 @@ async def _redrive_as_a_task_then_cancel(
         ({"filter": {"message_ids": ["0" * 32] * 1001}}, "1000"),
         ({"filter": {"message_ids": ["not-an-id"]}}, "filter.message_ids.0"),
         ({"filter": {"message_ids": "0" * 32}}, "filter.message_ids"),
+        ({"filter": {"signature": "0123456789ABCDEF"}}, "filter.signature"),  # as insights writes it
+        ({"filter": {"signature": "0" * 17}}, "filter.signature"),
+        ({"filter": {"signature": 1234}}, "filter.signature"),
     ],
 )
 async def test_bad_redrive_requests(client: httpx.AsyncClient, body: dict[str, Any], fragment: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from core import signatures
 from core.clock import ManualClock
 from core.metadata import DeadLetterDefaults
 from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask, Rejection, TaskId
@@ -260,3 +261,68 @@ async def test_a_runner_that_stops_hands_its_tasks_over_at_once(store: Store, cl
     task = await store.get_redrive(DLQ, task_id)
     assert (task.status, task.moved, task.owner) == ("succeeded", 6, staying.owner)
     assert len(await store.get_messages(Q, ids)) == 6
+
+
+def _declined(i: int) -> dict[str, object]:
+    return {"order": i, "error": f"card cus_{uuid.uuid4().hex[:14]}X declined at 2026-11-2{i % 10}T10:00:00Z"}
+
+
+async def _two_causes(store: Store) -> tuple[list[MessageId], set[MessageId]]:
+    """Dead letters of two causes interleaved, and two without error text; their ids, and the card ones'."""
+    declined = [_declined(i) for i in range(9)]
+    timeouts = [{"error": {"message": f"upstream timed out after {i}s", "code": i}} for i in range(5)]
+    bodies: list[object] = []
+    for i, d in enumerate(declined):
+        bodies += [d, timeouts[i]] if i < len(timeouts) else [d]
+    ids = await dead_letter(store, Q, *bodies, "not an object", {"no": "error field"})
+    return ids, {ids[bodies.index(d)] for d in declined}
+
+
+async def test_a_signature_moves_every_message_of_its_cause_and_no_other(
+    store: Store, clock: ManualClock
+) -> None:
+    """`charon insights` names a cause by its signature; a redrive by signature moves that cause's dead
+    letters however their ids are spelled, whatever the batch, and nothing else (core/signatures.py)."""
+    card = signatures.signature("card <*> declined at <*>")
+    in_dlq = 0
+    for batch in (1, 3, 100):  # batches ending inside a run of either cause, and one reading them all
+        ids, want = await _two_causes(store)
+        in_dlq += len(ids)
+        found = await store.get_messages(DLQ, ids)
+        assert {m.id for m in found if signatures.of_message(m) == card} == want  # 9 spellings, one cause
+        clock.advance(1)
+        fixed = QueueRef(Q.project, f"fixed-{batch}")
+        task = await run(store, RedriveSpec(signature=card, destination=fixed.name), batch=batch)
+        assert (task.status, task.scanned, task.moved) == ("succeeded", in_dlq, len(want))
+        in_dlq -= len(want)
+        assert {m.id for m in await store.get_messages(fixed, ids)} == want
+        assert {m.id for m in await store.get_messages(DLQ, ids)} == set(ids) - want
+    # listed ids: only the listed ones of the signature
+    ids, want = await _two_causes(store)
+    listed = tuple(ids[:4])  # declined, timeout, declined, timeout
+    task = await run(store, RedriveSpec(signature=card, message_ids=listed), batch=1)
+    assert (task.scanned, task.moved) == (4, 2)
+    assert {m.id for m in await store.get_messages(Q, list(listed))} == {ids[0], ids[2]}
+    # a limit counts moves; no error text: the signature of where and how they died
+    timeout = signatures.signature("upstream timed out after <*>")
+    task = await run(store, RedriveSpec(signature=timeout, limit=3), batch=2)
+    assert (task.status, task.moved) == ("succeeded", 3)
+    task = await run(store, RedriveSpec(signature=signatures.signature(None, Q.name, "max_claims")))
+    assert task.moved == 8  # "not an object" and {"no": ...} of each of the four loads
+    task = await run(store, RedriveSpec(signature="0" * 16))
+    assert (task.status, task.moved) == ("succeeded", 0)
+
+
+async def test_a_body_longer_than_insights_reads_is_signed_by_its_death(
+    store: Store, clock: ManualClock
+) -> None:
+    """As `charon insights` at its default --max-body-bytes: a longer body is not read for its error text."""
+    big = {"error": "boom", "pad": "x" * signatures.DEFAULT_MAX_BODY_BYTES}
+    [long, short] = await dead_letter(store, Q, big, {"error": "boom"})
+    [m, n] = await store.get_messages(DLQ, [long, short])
+    assert signatures.of_message(m) == signatures.signature(None, Q.name, "max_claims")
+    assert signatures.of_message(n) == signatures.signature("boom")
+    assert signatures.of_message(m, max_body_bytes=10**6) == signatures.signature("boom")
+    task = await run(store, RedriveSpec(signature=signatures.signature("boom")))
+    assert task.moved == 1
+    assert [x.id for x in await store.get_messages(Q, [long, short])] == [short]

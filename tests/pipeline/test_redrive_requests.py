@@ -15,14 +15,15 @@ from pyspark.sql import SparkSession
 
 from app.main import create_app
 from app.settings import Settings
+from core import signatures
 from core.clock import ManualClock
 from core.models import QueueRef
-from pipeline import aggregate, load, output, report
+from pipeline import DEFAULT_MAX_BODY_BYTES, aggregate, analysis, load, output, report
 from pipeline.load import DeadLetterStore
 from storage.mongodb.store import MongoStore
 from storage.registry import open_store
 from tests.contract.helpers import all_messages
-from tests.pipeline.conftest import fill
+from tests.pipeline.conftest import fill, listed
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -93,6 +94,75 @@ async def test_a_signatures_redrive_request_moves_exactly_its_messages(
                 )
             }
             assert left == ids - wanted  # exactly the signature's messages went back
+    finally:
+        if isinstance(store, MongoStore):
+            await store.drop_collections()
+        await store.aclose()
+
+
+@pytest.mark.parametrize("driver", ["redis", "mongo"])
+async def test_a_signature_the_report_names_redrives_every_message_of_it(
+    spark: SparkSession, request: pytest.FixtureRequest, driver: str
+) -> None:
+    """The server signs each dead letter as the Spark job does (every message of the scenario), and the
+    report's redrive by signature, dry run first, moves exactly that signature's messages of the DLQ."""
+    uri: str = request.getfixturevalue("redis_url" if driver == "redis" else "mongodb_uri")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    clock = ManualClock()
+    store = open_store(uri, namespace=namespace, clock=clock)
+    settings = Settings(storage_uri=uri, namespace=namespace)
+    try:
+        shops, _ = await fill(store, settings, clock)
+        frame = load.from_store(spark, DeadLetterStore(uri, namespace), max_body_bytes=DEFAULT_MAX_BODY_BYTES)
+        spark_signature = {
+            r.id: r.signature for r in analysis.enrich(frame).select("id", "signature").collect()
+        }
+        messages = {}
+        for project, shop in shops.items():
+            for dlq in shop.dlqs:
+                for m in await listed(store, QueueRef(project, dlq)):
+                    messages[m.id] = (project, dlq)
+                    if m.dead_letter is not None:  # one posted to the DLQ has no signature to redrive by
+                        assert signatures.of_message(m) == spark_signature[m.id], m.body
+        assert len(messages) == len(spark_signature) > 100
+        insights = aggregate.analyse(spark, frame, top=3)
+        top = insights.rows("signatures")[:3]
+        rows = [
+            r
+            for r in insights.rows("signature_ids")
+            if (r["project"], r["signature"]) in {(t["project"], t["signature"]) for t in top}
+        ]
+        assert rows
+        app = create_app(settings, store=store, clock=clock)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://charon") as http,
+        ):
+            for r in rows:
+                headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": r["project"]}
+                url = f"/v2/queues/{r['dlq']}/redrive"
+                before = {i for i, where in messages.items() if where == (r["project"], r["dlq"])}
+                for dry_run in (True, False):
+                    line = shlex.split(
+                        report.signature_curl(r["project"], r["dlq"], r["signature"], dry_run=dry_run)
+                    )
+                    body = line[line.index("-d") + 1]
+                    answer = await http.post(url, content=body, headers=headers)
+                    assert answer.status_code in (200, 202), answer.text
+                    if dry_run:
+                        assert answer.json()["matched"] == r["messages"]
+                    else:
+                        task = answer.json()
+                for _ in range(200):
+                    if task["status"] != "running":
+                        break
+                    await asyncio.sleep(0.05)
+                    task = (await http.get(task["href"], headers=headers)).json()
+                assert (task["status"], task["progress"]["moved"]) == ("succeeded", r["messages"])
+                left = {m.id for m in await listed(store, QueueRef(r["project"], r["dlq"]))}
+                assert left == before - set(r["ids"])  # every one of them (no more than a request lists)
+                for i in r["ids"]:
+                    messages.pop(i)
     finally:
         if isinstance(store, MongoStore):
             await store.drop_collections()

@@ -9,12 +9,16 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
+from core import signatures
 from core.clock import ManualClock
 from core.errors import StorageUnavailable
+from core.models import QueueRef, RedriveSpec, TaskId
 from storage.redis.keys import ProjectKeys, full_scan_key, touched_key
 from storage.redis.runner import Script, ScriptRunner, pack_evalsha
+from storage.redis.scripts import ReadAhead
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
+from tests.contract.test_redrive import LEASE_MS, OWNER, dead_letter, run_on
 from tests.contract.test_subscriptions import HOOK, subscribe
 from tests.servers import RedisServer
 
@@ -174,3 +178,53 @@ async def test_a_post_hash_written_before_its_count_field_is_still_delivered(
     [last] = await redis_store.lease_deliveries("n", lease_ms=30_000, limit=10)
     await redis_store.finish_delivery(last, retry_at_ms=None)
     assert await redis_store.outbox_stats() == (0, None)
+
+
+async def test_a_signature_step_moves_only_what_was_read_and_found(
+    redis_store: RedisStore, clock: ManualClock
+) -> None:
+    """A signature task's step on Redis is a read (the driver computes signatures) then the script: a
+    message removed in between must not let the script walk past what was read (a message of the signature
+    unread, passed over), and a step read before another one moved the cursor must change nothing."""
+    boom = {"error": "boom"}
+    ids = await dead_letter(redis_store, Q, boom, {"error": "other"}, boom, boom, boom, boom)
+    a, b, c, d, e, f = ids
+    target = await redis_store._target(DLQ)
+
+    async def task(spec: RedriveSpec) -> TaskId:
+        task_id = TaskId(f"t-{len(spec.message_ids or ())}")
+        await redis_store.create_redrive(DLQ, task_id, spec, owner=OWNER, lease_ms=LEASE_MS)
+        return task_id
+
+    async def step(task_id: TaskId, read: ReadAhead | None) -> dict[str, str]:
+        reply = await redis_store._scripts.redrive_step(
+            target, now=clock.now_ms(), task_id=task_id, owner=OWNER, lease_ms=LEASE_MS, batch=3, read=read
+        )
+        return reply.task
+
+    signature = signatures.signature("boom")
+    walk = await task(RedriveSpec(signature=signature, destination="fixed"))
+    read = await redis_store._read_ahead(DLQ, target, walk, 3)
+    assert read is not None
+    assert (read.at, read.only) == (0, [a, c])
+    await redis_store.delete_message(DLQ, b, claim_id=None)  # between the read and the step
+    done = await step(walk, read)
+    assert (done["status"], done["moved"], done["scanned"]) == ("running", "2", "2")  # d: not read, left
+    # listed ids: a read from a cursor that has moved on since changes nothing
+    listed = await task(RedriveSpec(signature=signature, message_ids=(d, e, f), destination="fixed"))
+    stale = await redis_store._read_ahead(DLQ, target, listed, 1)
+    assert stale is not None
+    assert stale.only == [d]
+    moved = await redis_store.redrive_step(DLQ, listed, owner=OWNER, lease_ms=LEASE_MS, batch=1)
+    assert (moved.cursor, moved.moved) == (1, 1)
+    assert (await step(listed, stale))["cursor"] == "1"  # not e and f passed over as "not of it"
+    assert (await run_on(redis_store, listed, batch=1)).moved == 3
+    finished = await run_on(redis_store, walk, batch=3)
+    assert (finished.status, finished.moved) == ("succeeded", 2)
+    assert {m.id for m in await redis_store.get_messages(QueueRef(Q.project, "fixed"), ids)} == {
+        a,
+        c,
+        d,
+        e,
+        f,
+    }
