@@ -247,6 +247,9 @@ class _Raw:
             raise
 
     def done(self) -> None:
-        if self.failed:
-            self.conn.disconnect()  # type: ignore[no-untyped-call]
-        self.client.connection_pool.release(self.conn)
+        """The connection back to the pool, closed first if a reply was cut short (whatever that raises)."""
+        try:
+            if self.failed:
+                self.conn.disconnect()  # type: ignore[no-untyped-call]
+        finally:
+            self.client.connection_pool.release(self.conn)
