@@ -41,7 +41,7 @@ def task_of(doc: Doc) -> RedriveTask:
         status=doc[t.STATUS],
         created_ms=doc[t.CREATED],
         updated_ms=doc[t.UPDATED],
-        end_marker=doc[t.IDS_END] if t.IDS_END in doc else doc[t.END],
+        end_marker=doc[next(k for k in (t.IDS_END, t.SIGNATURE_END, t.END) if k in doc)],
         cursor=doc[t.CURSOR],
         scanned=doc[t.SCANNED],
         moved=doc[t.MOVED],

@@ -235,6 +235,7 @@ class TaskFields:
     UPDATED: str = "up"
     END: str = "end"  # the DLQ's last marker when it began; 0 for a task of listed ids
     IDS_END: str = "ids"  # a task of listed ids: how many (its cursor counts ids)
+    SIGNATURE_END: str = "sigend"  # a task with a signature filter walking markers: its END (END is 0)
     CURSOR: str = "cursor"
     SCANNED: str = "scanned"
     MOVED: str = "moved"

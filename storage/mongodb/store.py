@@ -754,6 +754,8 @@ class MongoStore:
     ) -> RedriveTask:
         now = self._now()
         counter = await self._c.counters.find_one(counter_key(q), {COUNTER.SEQ: 1}) or {}
+        last = int(counter.get(COUNTER.SEQ, 0))
+        listed, signed = spec.message_ids is not None, spec.signature is not None and spec.message_ids is None
         t = TASK
         doc = {
             t.ID: task_id,
@@ -763,10 +765,12 @@ class MongoStore:
             t.SPEC: spec.to_dict(),
             t.CREATED: now,
             t.UPDATED: now,
-            # a task of listed ids counts ids (redrive.redrive_batch); its END is 0, so that a process of an
-            # earlier version, which walks markers up to END, moves nothing of it
-            t.END: 0 if spec.message_ids is not None else int(counter.get(COUNTER.SEQ, 0)),
+            # a task of listed ids counts ids (redrive.redrive_batch), one with a signature walks to
+            # SIGNATURE_END; their END is 0, so that a process of an earlier version, which walks markers up
+            # to END and knows neither, moves nothing of them
+            t.END: 0 if listed or signed else last,
             **({t.IDS_END: len(spec.message_ids)} if spec.message_ids is not None else {}),
+            **({t.SIGNATURE_END: last} if signed else {}),
             t.CURSOR: 0,
             t.SCANNED: 0,
             t.MOVED: 0,

@@ -167,6 +167,7 @@ class TaskField(StrEnum):
     LIMIT = "limit"
     IDS = "fids"  # a task of listed message ids: how many ('' otherwise); the ids are in its spec
     SIGNATURE = "fsig"  # a signature filter ('' otherwise): redrive_step moves only ids read and found of it
+    SIGNATURE_END = "sigend"  # a signature task walking markers: its END (END is 0, see task_create.lua)
 
 
 class SubscriptionField(StrEnum):

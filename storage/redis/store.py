@@ -128,7 +128,7 @@ def _task(q: QueueRef, task_id: str, f: Mapping[Any, Any]) -> RedriveTask:
         status=f[T.STATUS],  # the scripts write only TaskStatus values
         created_ms=int(f[T.CREATED]),
         updated_ms=int(f[T.UPDATED]),
-        end_marker=int(f.get(T.IDS) or f[T.END]),  # a task of listed ids: how many
+        end_marker=int(f.get(T.IDS) or f.get(T.SIGNATURE_END) or f[T.END]),  # listed ids: how many
         cursor=int(f[T.CURSOR]),
         scanned=int(f[T.SCANNED]),
         moved=int(f[T.MOVED]),

@@ -23,6 +23,7 @@ from storage.mongodb.schema import (
     LAPSED_INDEX,
     MARKER_INDEX,
     SUBSCRIPTIONS_INDEX,
+    TASK,
 )
 from storage.mongodb.store import MongoStore
 from tests.contract.helpers import CLIENT, DLQ, Q, claim_ids, post, set_policy
@@ -199,3 +200,16 @@ async def test_without_subscriptions_posts_and_moves_run_no_transaction(
     await store.release_claim(Q, cid)
     assert [m.id for m in await store.get_messages(DLQ, [mid])] == [mid]
     assert await store.outbox_stats() == (0, None)
+
+
+async def test_a_signature_task_is_nothing_to_an_earlier_version(mongo_store: MongoStore) -> None:
+    """An earlier version walks a task's markers up to END and knows no signature: END is 0 for a task with
+    a signature filter (as for one of listed ids), its own end kept apart."""
+    await dead_letter(mongo_store, Q, {"error": "boom"}, {"error": "other"})
+    task_id = TaskId(uuid.uuid4().hex)
+    spec = RedriveSpec(signature="0123456789abcdef")
+    task = await mongo_store.create_redrive(DLQ, task_id, spec, owner="o", lease_ms=1_000)
+    doc = await mongo_store._c.tasks.find_one({TASK.ID: task_id})
+    assert doc is not None
+    assert (doc[TASK.END], doc[TASK.SIGNATURE_END]) == (0, task.end_marker) != (0, 0)
+    assert (await mongo_store.get_redrive(DLQ, task_id)).end_marker == task.end_marker

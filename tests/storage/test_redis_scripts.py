@@ -204,6 +204,9 @@ async def test_a_signature_step_moves_only_what_was_read_and_found(
 
     signature = signatures.signature("boom")
     walk = await task(RedriveSpec(signature=signature, destination="fixed"))
+    # an earlier version, which knows no signature and walks markers up to 'end', moves nothing of it
+    end, sigend = await redis_store._client.hmget(redis_store._task_key(DLQ, walk), ["end", "sigend"])
+    assert (end, (await redis_store.get_redrive(DLQ, walk)).end_marker) == ("0", int(sigend)) != ("0", 0)
     read = await redis_store._read_ahead(DLQ, target, walk, 3)
     assert read is not None
     assert (read.at, read.only) == (0, [a, c])

@@ -20,11 +20,13 @@ local owner, lease_ms, batch = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local at, upto = tonumber(ARGV[11]), tonumber(ARGV[12])
 local tk = KEYS[9]
 local t = redis.call('HMGET', tk, 'q', 'status', 'owner', 'cursor', 'end', 'scanned', 'moved', 'skipped',
-                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec', 'fids', 'fsig')
+                     'dest', 'fsrc', 'frsn', 'fafter', 'fbefore', 'limit', 'cr', 'up', 'spec', 'fids', 'fsig',
+                     'sigend')
 if t[1] ~= name then return redis.error_reply('CHARON_NO_TASK No such redrive task on queue ' .. name .. '.') end
 local status, cursor, last = t[2], tonumber(t[4]), tonumber(t[5])
 local listed = t[18] and t[18] ~= ''
 if listed then last = tonumber(t[18]) end  -- its end counts ids ('end' is 0: see task_create.lua)
+if not listed and t[20] and t[20] ~= '' then last = tonumber(t[20]) end  -- a signature's walk: the same
 local scanned, moved, skipped = tonumber(t[6]), tonumber(t[7]), tonumber(t[8])
 local unchanged = {0, status, cursor, scanned, moved, skipped, last, t[15], t[16], t[17], t[3]}
 if status ~= 'running' or t[3] ~= owner then return unchanged end
