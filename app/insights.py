@@ -221,6 +221,7 @@ def run_insights(args: argparse.Namespace) -> int:
             markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
             since_last=since is not None,
             records=save,
+            max_body_bytes=args.max_body_bytes,
         )
     except InsightsError as e:
         _say("insights", str(e))

@@ -6,8 +6,9 @@ functions, so a signature an insights run printed selects exactly its messages i
 
 The error text is the first of ERROR_FIELDS a JSON object body has (an object there: its first
 MESSAGE_FIELDS, else its JSON), else the consumer's rejection description, else its rejection reason code;
-normalised by MASKS so that it does not vary with ids, values and times. The signature is the first
-SIGNATURE_CHARS hex digits of its SHA-256, or when there is no error text of "\\n<source queue>\\n<reason>".
+its first MAX_RAW_ERROR_CHARS normalised by MASKS so that it does not vary with ids, values and times. The
+signature is the first SIGNATURE_CHARS hex digits of its SHA-256, or when there is no error text of
+"\\n<source queue>\\n<reason>".
 A body longer than the reader's limit (insights' --max-body-bytes, DEFAULT_MAX_BODY_BYTES) is not read.
 """
 
@@ -29,6 +30,9 @@ ERROR_FIELDS = ("error", "exception", "reason")
 # An error field that holds an object: its text is the first of these (else the object's JSON).
 MESSAGE_FIELDS = ("message", "msg", "detail", "description", "error")
 MAX_ERROR_CHARS = 200
+# the error text masked is its first this many characters (masking is superlinear in the text's length, and a
+# producer chooses it; the signature keeps MAX_ERROR_CHARS of the masked text anyway)
+MAX_RAW_ERROR_CHARS = 1000
 SIGNATURE_CHARS = 16  # hex digits of the SHA-256 of the error text that name a signature
 
 # Normalising failure text so that one cause reads the same whatever ids, values and times it names: each
@@ -42,7 +46,8 @@ MASKS = (
         "<*>",
     ),
     (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<*>"),  # UUID
-    (r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:[.][A-Za-z0-9-]+)+", "<*>"),  # e-mail address
+    # an e-mail address (starting where its run of such characters starts: linear however long a run)
+    (r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:[.][A-Za-z0-9-]+)+", "<*>"),
     # a quoted value, but not a quoted lower-case identifier ('amount', "order_id": a field's name)
     (r"(?<![0-9A-Za-z])'(?![a-z][a-z_]*')[^'\r\n]*'(?![0-9A-Za-z])", "'<*>'"),
     (r'(?<![0-9A-Za-z])"(?![a-z][a-z_]*")[^"\r\n]*"(?![0-9A-Za-z])', '"<*>"'),
@@ -50,7 +55,8 @@ MASKS = (
     (r"(?<![0-9A-Za-z_-])[A-Za-z]{1,12}_(?=[0-9A-Za-z]*[0-9A-Z])[0-9A-Za-z]{8,}(?![0-9A-Za-z_-])", "<*>"),
     # any token with a digit in it (numbers, hex, ids mixing letters and digits) or of 12+ hex digits
     (r"(?<![0-9A-Za-z_-])(?:[0-9A-Za-z_-]*[0-9][0-9A-Za-z_-]*|[0-9a-fA-F]{12,})(?![0-9A-Za-z_-])", "<*>"),
-    (r"<[*]>(?:[.,:]<[*]>)+", "<*>"),  # 5.2.2, 10:42:07, 1,000
+    # 5.2.2, 10:42:07, 1,000, and 1e+20 (how Python writes a float that Spark writes 1.0E20)
+    (r"<[*]>(?:[.,:+]<[*]>)+", "<*>"),
     (r"[ \t\r\n]+", " "),
 )
 _MASKS = tuple((re.compile(p), r) for p, r in MASKS)
@@ -66,6 +72,7 @@ def canonical(value: Any) -> str:
 def normalise(text: str | None) -> str | None:
     if text is None:
         return None
+    text = text[:MAX_RAW_ERROR_CHARS]
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
     return text.strip(" ")[:MAX_ERROR_CHARS] or None

@@ -23,7 +23,14 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from core.signatures import ERROR_FIELDS, MASKS, MAX_ERROR_CHARS, MESSAGE_FIELDS, SIGNATURE_CHARS
+from core.signatures import (
+    ERROR_FIELDS,
+    MASKS,
+    MAX_ERROR_CHARS,
+    MAX_RAW_ERROR_CHARS,
+    MESSAGE_FIELDS,
+    SIGNATURE_CHARS,
+)
 
 # A number type in schema_of_variant's output: after ": " (an object's field), "ARRAY<" or at the start.
 # (A key is after "OBJECT<" or ", ", so a key named BIGINT stays; only a quoted key with ": BIGINT" in it
@@ -164,6 +171,7 @@ def shape(v: Column) -> Column:
 
 
 def normalise(text: Column) -> Column:
+    text = F.substring(text, 1, MAX_RAW_ERROR_CHARS)
     for pattern, replacement in MASKS:
         text = F.regexp_replace(text, pattern, replacement)
     text = F.substring(F.trim(text), 1, MAX_ERROR_CHARS)

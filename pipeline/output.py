@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline import trends
+from pipeline import DEFAULT_MAX_BODY_BYTES, trends
 from pipeline.aggregate import Insights
 from pipeline.report import duration, untitled
 
@@ -26,13 +26,15 @@ def write(
     markers: Sequence[tuple[str | None, str, str, int]] = (),
     since_last: bool = False,
     records: Path | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
     next run's comparison and, with `markers`, where `--since-last` goes on from), the redrive requests of
     the top signatures' messages (out/redrive/, as report.redrive_request names them), and out/report.html
     (`top` signatures and offenders). The signatures table gets each one's `status` against `before`, the
     previous run (trends.status). `records`: the records a --since-last run kept (aggregate.analyse's
-    `save`), moved into the run's directory for the next one to go on from."""
+    `save`), moved into the run's directory for the next one to go on from; `max_body_bytes`: the run's
+    --max-body-bytes (report.html offers a redrive by signature only at the default)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -61,7 +63,8 @@ def write(
         body = {"filter": {"message_ids": ids}}
         (out / dry).write_text(json.dumps({**body, "dry_run": True}), encoding="utf-8")
         (out / real).write_text(json.dumps(body), encoding="utf-8")
-    (out / "report.html").write_text(report.html(insights, top=top, before=before), encoding="utf-8")
+    page = report.html(insights, top=top, before=before, max_body_bytes=max_body_bytes)
+    (out / "report.html").write_text(page, encoding="utf-8")
     meta = {
         "at": now.isoformat(),
         "scope": dict(scope or trends.scope(None, None)),

@@ -12,6 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from core.limits import is_name, is_valid_id
+from core.signatures import DEFAULT_MAX_BODY_BYTES
 from pipeline import trends
 from pipeline.analysis import RECENT_S, REDRIVE_IDS, TTD_BUCKETS, TTD_LAST
 
@@ -55,7 +56,15 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.1f}s"
 
 
-def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> str:
+def html(
+    insights: Insights,
+    *,
+    top: int,
+    before: trends.Run | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> str:
+    """The report. A redrive by signature is offered only for a run that read bodies as the server signs
+    them (`max_body_bytes` the default): at another limit a body between the two is signed differently."""
     by_source = insights.rows("by_source")
     sigs = insights.rows("signatures")
     fields: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -65,9 +74,10 @@ def html(insights: Insights, *, top: int, before: trends.Run | None = None) -> s
     for r in insights.rows("signature_rate"):
         rates[(r["project"], r["signature"])][r["bucket_ms"]] = r["messages"]
     chart = Sparks(rates, insights.first_ms, insights.last_ms, insights.rate_width_s * 1000)
+    signable = max_body_bytes == DEFAULT_MAX_BODY_BYTES
     redrives: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in insights.rows("signature_ids"):
-        redrives[(r["project"], r["signature"])].append(r)
+        redrives[(r["project"], r["signature"])].append({**r, "by_signature": signable})
     window = (
         f"since the previous run (its last death {ts(before.last_ms)} UTC)"
         if before
@@ -344,7 +354,8 @@ def redrive_curl(project: str, dlq: str, path: str) -> str:
 
 def signature_curl(project: str, dlq: str, signature: str, *, dry_run: bool) -> str:
     """The command that redrives every dead letter of a signature now in `dlq` (filter.signature: the server
-    computes each one's signature as insights does at its default --max-body-bytes)."""
+    computes each one's signature as insights does at its default --max-body-bytes, so html() offers it only
+    for a run at that default)."""
     body: dict[str, Any] = {"filter": {"signature": signature}}
     if dry_run:
         body["dry_run"] = True
@@ -372,15 +383,19 @@ def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:
             else f"the newest {len(ids):,} of {r['messages']:,} (a request lists at most {REDRIVE_IDS:,})"
         )
         commands = f"{redrive_curl(project, r['dlq'], dry)}\n{redrive_curl(project, r['dlq'], real)}"
-        every = "\n".join(
-            signature_curl(project, r["dlq"], r["signature"], dry_run=dry_run) for dry_run in (True, False)
-        )
         out.append(
             f"<div class=muted>redrive {some} in {escape(r['dlq'])} (from the output directory): "
             f"the dry run, then the redrive</div><pre>{escape(commands)}</pre>"
-            "<div class=muted>or every dead letter of this signature in it now, however many, those "
-            f"dead-lettered since this run too</div><pre>{escape(every)}</pre>"
         )
+        if r.get("by_signature"):
+            every = "\n".join(
+                signature_curl(project, r["dlq"], r["signature"], dry_run=dry_run)
+                for dry_run in (True, False)
+            )
+            out.append(
+                "<div class=muted>or every dead letter of this signature in it now, however many, those "
+                f"dead-lettered since this run too</div><pre>{escape(every)}</pre>"
+            )
     return "".join(out)
 
 

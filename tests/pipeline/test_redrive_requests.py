@@ -4,6 +4,7 @@ to the real API over the same store, dry run first, move exactly that signature'
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import shlex
 import uuid
@@ -41,7 +42,7 @@ async def test_a_signatures_redrive_request_moves_exactly_its_messages(
         _, records = await fill(store, settings, clock)
         frame = load.from_store(spark, DeadLetterStore(uri, namespace), max_body_bytes=4096)
         insights = aggregate.analyse(spark, frame, top=3)
-        output.write(insights, tmp_path, top=3)
+        output.write(insights, tmp_path, top=3, max_body_bytes=4096)
         top = insights.rows("signatures")[0]
         [*requests] = (
             r
@@ -55,6 +56,8 @@ async def test_a_signatures_redrive_request_moves_exactly_its_messages(
         assert request is not None
         dry, real, _ = request
         assert f"-d @{dry}" in page
+        # read at 4,096 bytes a body, not as the server signs (65,536): no redrive by signature offered
+        assert "signature&quot;:" not in page
         ids = {r["id"] for r in records if r["project"] == rq["project"] and r["queue"] == rq["dlq"]}
         wanted = set(json.loads((tmp_path / real).read_text())["filter"]["message_ids"])
         assert wanted == set(rq["ids"])
@@ -133,6 +136,10 @@ async def test_a_signature_the_report_names_redrives_every_message_of_it(
             if (r["project"], r["signature"]) in {(t["project"], t["signature"]) for t in top}
         ]
         assert rows
+        offered = html.escape(
+            report.signature_curl(rows[0]["project"], rows[0]["dlq"], rows[0]["signature"], dry_run=True)
+        )
+        assert offered in report.html(insights, top=3)
         app = create_app(settings, store=store, clock=clock)
         async with (
             app.router.lifespan_context(app),

@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline import aggregate, analysis, purepython
+from core import signatures
+from core.models import DeadLetter, Message, MessageId, Rejection
+from pipeline import DEFAULT_MAX_BODY_BYTES, aggregate, analysis, purepython
 from pipeline.aggregate import TABLES
 from pipeline.records import DDL
 from tests.pipeline import corpus
+from tests.pipeline.conftest import record
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -108,3 +111,42 @@ def test_one_cause_reads_the_same_whatever_its_ids(a: str, b: str) -> None:
 )
 def test_two_causes_stay_two(a: str, b: str) -> None:
     assert purepython.normalise(a) != purepython.normalise(b)
+
+
+ODD_BODIES: list[Any] = [
+    {"error": {"code": "E1", "limit": 1e20}},  # Python writes 1e+20, Spark 1.0E20
+    {"error": {"code": "E2", "limit": -1.5e300, "floor": 2.5e-7}},
+    {"error": 12345678901234567},
+    {"error": 1e16},
+    {"error": True},
+    {"error": ["a", 1, None]},
+    {"error": {"message": None, "detail": "the detail wins"}},
+    {"error": ""},
+    {"error": None, "exception": "Übergröße: ключ 42 fehlt ✓"},
+    {"error": "x" * 5000},  # longer than what is masked
+    {"error": "a" * 1500 + " 99"},
+    {"error": "boom", "pad": "x" * DEFAULT_MAX_BODY_BYTES},  # not read: signed by its death
+    ["an", "array"],
+    "a string",
+    12.5,
+    None,
+]
+
+
+def test_the_server_signs_every_message_as_the_spark_job_does(spark: SparkSession) -> None:
+    """core/signatures.of_message (the redrive filter) against analysis.enrich (the job), on the bodies where
+    Python's JSON and Spark's VARIANT write values differently."""
+    messages = []
+    for i, body in enumerate(ODD_BODIES):
+        rejection = Rejection("bad_body", "rejected: body 7 of 9") if i % 3 == 0 else None
+        dead = DeadLetter(
+            "orders", "rejected" if rejection else "max_claims", 3, 2_000 + i, 1_000, 0, rejection
+        )
+        messages.append(
+            Message(MessageId(f"{i:032x}"), "orders.dlq", body, 60, 1_000, 61_000, dead_letter=dead)
+        )
+    records = [record("shop", m, max_body_bytes=DEFAULT_MAX_BODY_BYTES) for m in messages]
+    enriched = analysis.enrich(spark.createDataFrame(records, DDL)).select("id", "signature", "error")
+    by_spark = {r.id: (r.signature, r.error) for r in enriched.collect()}
+    for m in messages:
+        assert (signatures.of_message(m), m.body) == (by_spark[m.id][0], m.body), by_spark[m.id][1]
