@@ -4,10 +4,12 @@ to the real API over the same store, dry run first, move exactly that signature'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import shlex
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,7 @@ from core.clock import ManualClock
 from core.models import QueueRef
 from pipeline import DEFAULT_MAX_BODY_BYTES, aggregate, analysis, load, output, report
 from pipeline.load import DeadLetterStore
+from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.registry import open_store
 from tests.contract.helpers import all_messages
@@ -29,16 +32,30 @@ from tests.pipeline.conftest import fill, listed
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.parametrize("driver", ["redis", "mongo"])
-async def test_a_signatures_redrive_request_moves_exactly_its_messages(
-    spark: SparkSession, request: pytest.FixtureRequest, driver: str, tmp_path: Path
-) -> None:
+@contextlib.asynccontextmanager
+async def scenario_store(
+    request: pytest.FixtureRequest, driver: str
+) -> AsyncIterator[tuple[Store, Settings, ManualClock]]:
+    """A store of its own namespace on the session's redis-server or MongoDB, its settings and clock."""
     uri: str = request.getfixturevalue("redis_url" if driver == "redis" else "mongodb_uri")
     namespace = f"t{uuid.uuid4().hex[:12]}"
     clock = ManualClock()
     store = open_store(uri, namespace=namespace, clock=clock)
-    settings = Settings(storage_uri=uri, namespace=namespace)
     try:
+        yield store, Settings(storage_uri=uri, namespace=namespace), clock
+    finally:
+        if isinstance(store, MongoStore):
+            await store.drop_collections()
+        await store.aclose()
+
+
+@pytest.mark.parametrize("driver", ["redis", "mongo"])
+async def test_a_signatures_redrive_request_moves_exactly_its_messages(
+    spark: SparkSession, request: pytest.FixtureRequest, driver: str, tmp_path: Path
+) -> None:
+    async with scenario_store(request, driver) as (store, settings, clock):
+        uri, namespace = settings.storage_uri, settings.namespace
+        assert uri is not None
         _, records = await fill(store, settings, clock)
         frame = load.from_store(spark, DeadLetterStore(uri, namespace), max_body_bytes=4096)
         insights = aggregate.analyse(spark, frame, top=3)
@@ -97,10 +114,6 @@ async def test_a_signatures_redrive_request_moves_exactly_its_messages(
                 )
             }
             assert left == ids - wanted  # exactly the signature's messages went back
-    finally:
-        if isinstance(store, MongoStore):
-            await store.drop_collections()
-        await store.aclose()
 
 
 @pytest.mark.parametrize("driver", ["redis", "mongo"])
@@ -109,12 +122,9 @@ async def test_a_signature_the_report_names_redrives_every_message_of_it(
 ) -> None:
     """The server signs each dead letter as the Spark job does (every message of the scenario), and the
     report's redrive by signature, dry run first, moves exactly that signature's messages of the DLQ."""
-    uri: str = request.getfixturevalue("redis_url" if driver == "redis" else "mongodb_uri")
-    namespace = f"t{uuid.uuid4().hex[:12]}"
-    clock = ManualClock()
-    store = open_store(uri, namespace=namespace, clock=clock)
-    settings = Settings(storage_uri=uri, namespace=namespace)
-    try:
+    async with scenario_store(request, driver) as (store, settings, clock):
+        uri, namespace = settings.storage_uri, settings.namespace
+        assert uri is not None
         shops, _ = await fill(store, settings, clock)
         frame = load.from_store(spark, DeadLetterStore(uri, namespace), max_body_bytes=DEFAULT_MAX_BODY_BYTES)
         spark_signature = {
@@ -170,10 +180,6 @@ async def test_a_signature_the_report_names_redrives_every_message_of_it(
                 assert left == before - set(r["ids"])  # every one of them (no more than a request lists)
                 for i in r["ids"]:
                     messages.pop(i)
-    finally:
-        if isinstance(store, MongoStore):
-            await store.drop_collections()
-        await store.aclose()
 
 
 def test_requests_and_commands_are_safe_whatever_the_input_says() -> None:
