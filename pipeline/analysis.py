@@ -333,34 +333,43 @@ def signature_fields(enriched: DataFrame) -> DataFrame:
     share there differs by DISTINGUISHES or more from its share in the rest of the project's bodies (a
     field every failing body lacks shows with share 0). `elsewhere` is null when the project has no other
     bodies."""
-    ok = enriched.where(F.col("bucket") == "ok").select("project", "signature", "fields")
-    sig_total = ok.groupBy("project", "signature").agg(F.count("*").alias("total"))
-    project_total = ok.groupBy("project").agg(F.count("*").alias("project_total"))
-    present = (
-        ok.select("project", "signature", F.explode("fields").alias("field"))
+    # One pass over the messages: per signature, a row per field with its count and one (field null) with
+    # the signature's count; the project's counts are windows over those few rows, not more passes.
+    every = F.concat(F.array(F.lit(None).cast("string")), F.col("fields"))
+    counts = (
+        enriched.where(F.col("bucket") == "ok")
+        .select("project", "signature", F.explode(every).alias("field"))
         .groupBy("project", "signature", "field")
         .agg(F.count("*").alias("messages"))
     )
-    in_project = present.groupBy("project", "field").agg(F.sum("messages").alias("project_messages"))
-    # a field common in the project may be missing from every body of a signature: pair each signature
-    # with the fields in at least DISTINGUISHES of its project's bodies
-    common = in_project.join(project_total, "project").where(
-        F.col("project_messages") >= F.col("project_total") * DISTINGUISHES
+    total = F.when(F.col("field").isNull(), F.col("messages"))
+    shares = (
+        counts.withColumn("total", F.max(total).over(Window.partitionBy("project", "signature")))
+        .withColumn("project_total", F.sum(total).over(Window.partitionBy("project")))
+        .withColumn("project_messages", F.sum("messages").over(Window.partitionBy("project", "field")))
     )
-    candidates = (
-        present.select("project", "signature", "field")
-        .unionByName(sig_total.join(common, "project").select("project", "signature", "field"))
+    present = shares.where(F.col("field").isNotNull())
+    # a field common in the project may be missing from every body of a signature: pair each signature
+    # with the fields in at least DISTINGUISHES of its project's bodies that it lacks
+    common = (
+        present.where(F.col("project_messages") >= F.col("project_total") * DISTINGUISHES)
+        .select("project", "field", "project_messages")
         .distinct()
+    )
+    absent = (
+        shares.where(F.col("field").isNull())
+        .select("project", "signature", "total", "project_total")
+        .join(common, "project")
+        .join(present.select("project", "signature", "field"), ["project", "signature", "field"], "left_anti")
+        .withColumn("messages", F.lit(0).cast("long"))
     )
     rest = F.col("project_total") - F.col("total")
     share = F.col("messages") / F.col("total")
     elsewhere = F.when(rest > 0, (F.col("project_messages") - F.col("messages")) / rest)
+    columns = ["project", "signature", "field", "messages", "total", "project_total", "project_messages"]
     return (
-        candidates.join(present, ["project", "signature", "field"], "left")
-        .join(in_project, ["project", "field"])
-        .join(sig_total, ["project", "signature"])
-        .join(project_total, "project")
-        .withColumn("messages", F.coalesce("messages", F.lit(0)))
+        present.select(*columns)
+        .unionByName(absent.select(*columns))
         .select(
             "project", "signature", "field", "messages", share.alias("share"), elsewhere.alias("elsewhere")
         )
