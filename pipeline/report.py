@@ -343,13 +343,18 @@ def redrive_request(row: Mapping[str, Any]) -> tuple[str, str, list[str]] | None
     return f"{base}/dry-run.json", f"{base}/redrive.json", ids
 
 
-def redrive_curl(project: str, dlq: str, path: str) -> str:
-    """The command that sends a redrive request file (run in the output directory)."""
+def _redrive_post(project: str, dlq: str, data: str) -> str:
+    """curl's POST of a redrive, `data` its -d argument as the shell must read it."""
     return (
         f'curl -X POST -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
         f'-H "Content-Type: application/json" "$BASE"{shlex.quote(f"/v2/queues/{dlq}/redrive")} '
-        f"-d @{shlex.quote(path)}"
+        f"-d {data}"
     )
+
+
+def redrive_curl(project: str, dlq: str, path: str) -> str:
+    """The command that sends a redrive request file (run in the output directory)."""
+    return _redrive_post(project, dlq, "@" + shlex.quote(path))
 
 
 def signature_curl(project: str, dlq: str, signature: str, *, dry_run: bool) -> str:
@@ -359,11 +364,7 @@ def signature_curl(project: str, dlq: str, signature: str, *, dry_run: bool) -> 
     body: dict[str, Any] = {"filter": {"signature": signature}}
     if dry_run:
         body["dry_run"] = True
-    return (
-        f'curl -X POST -H "Client-ID: $CID" -H {shlex.quote("X-Project-ID: " + project)} '
-        f'-H "Content-Type: application/json" "$BASE"{shlex.quote(f"/v2/queues/{dlq}/redrive")} '
-        f"-d {shlex.quote(json.dumps(body, separators=(',', ':')))}"
-    )
+    return _redrive_post(project, dlq, shlex.quote(json.dumps(body, separators=(",", ":"))))
 
 
 def _redrive_notes(project: str, rows: list[dict[str, Any]]) -> str:

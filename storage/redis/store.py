@@ -714,9 +714,9 @@ class RedisStore:
             async with unavailable_as_domain_error():
                 await self._client.zadd(tasks_key(self._namespace), {_task_member(q, task_id): 0}, xx=True)
 
-    async def _read_ahead(self, q: QueueRef, t: Target, task_id: TaskId, batch: int) -> ReadAhead | None:
+    async def _read_ahead(self, q: QueueRef, task_id: TaskId, batch: int) -> ReadAhead | None:
         """For a running task with a signature filter: the next `batch` messages it looks at (listed ids, or
-        from its cursor on), read with the DLQ's list script, and the ids of those its filters match. None
+        from its cursor on), read as list_messages reads the DLQ, and the ids of those its filters match. None
         for any other task (one round trip to find out)."""
         async with unavailable_as_domain_error():
             status, signature, raw, cursor = await self._client.hmget(
@@ -729,9 +729,8 @@ class RedisStore:
         if spec.message_ids is not None:
             found = await self.get_messages(q, list(spec.message_ids[at : at + batch]))
         else:
-            page = await self._scripts.list_messages(
-                t,
-                now=self._clock.now_ms(),
+            page = await self.list_messages(
+                q,
                 marker=at,
                 limit=batch,
                 echo=True,
@@ -739,7 +738,7 @@ class RedisStore:
                 include_claimed=True,
                 include_delayed=True,
             )
-            found, upto = page.messages, (page.last_marker if page.more else None)
+            found, upto = page.items, (None if page.next_marker is None else int(page.next_marker))
         return ReadAhead(at, upto, [m.id for m in found if spec.matches(m)])
 
     async def redrive_step(
@@ -749,15 +748,15 @@ class RedisStore:
         along. That is a hint only (task_lease reads the task's own lease), so a failure there never fails a
         step whose moves are done. A task with a signature filter first has its next messages read here
         (Lua cannot compute a signature) and the script moves only those found of it."""
-        target = await self._target(q)
+        read = await self._read_ahead(q, task_id, batch)
         r = await self._scripts.redrive_step(
-            target,
+            await self._target(q),
             now=self._clock.now_ms(),
             task_id=task_id,
             owner=owner,
             lease_ms=lease_ms,
             batch=batch,
-            read=await self._read_ahead(q, target, task_id, batch),
+            read=read,
         )
         await self._scheduled(q, r.marks)
         task = _task(q, task_id, r.task)

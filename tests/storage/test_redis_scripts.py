@@ -207,7 +207,7 @@ async def test_a_signature_step_moves_only_what_was_read_and_found(
     # an earlier version, which knows no signature and walks markers up to 'end', moves nothing of it
     end, sigend = await redis_store._client.hmget(redis_store._task_key(DLQ, walk), ["end", "sigend"])
     assert (end, (await redis_store.get_redrive(DLQ, walk)).end_marker) == ("0", int(sigend)) != ("0", 0)
-    read = await redis_store._read_ahead(DLQ, target, walk, 3)
+    read = await redis_store._read_ahead(DLQ, walk, 3)
     assert read is not None
     assert (read.at, read.only) == (0, [a, c])
     await redis_store.delete_message(DLQ, b, claim_id=None)  # between the read and the step
@@ -215,7 +215,7 @@ async def test_a_signature_step_moves_only_what_was_read_and_found(
     assert (done["status"], done["moved"], done["scanned"]) == ("running", "2", "2")  # d: not read, left
     # listed ids: a read from a cursor that has moved on since changes nothing
     listed = await task(RedriveSpec(signature=signature, message_ids=(d, e, f), destination="fixed"))
-    stale = await redis_store._read_ahead(DLQ, target, listed, 1)
+    stale = await redis_store._read_ahead(DLQ, listed, 1)
     assert stale is not None
     assert stale.only == [d]
     moved = await redis_store.redrive_step(DLQ, listed, owner=OWNER, lease_ms=LEASE_MS, batch=1)
