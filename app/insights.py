@@ -6,15 +6,16 @@
 Both run main(). The store is the service's: its Settings (CHARON_STORAGE_URI, CHARON_NAMESPACE, and with
 CHARON_POOLING every pool of the catalogue in CHARON_MANAGEMENT_URI), --namespace taking the place of
 CHARON_NAMESPACE; --storage-uri names one store, read as it is, pooling or not (store_of). The checks that
-fail fast (the store, Java) run before Spark starts. Only --keep-messages and --since-last (the records it
-keeps) write from the executors, so on a cluster their --out must be a path every node sees (a shared mount).
+fail fast (the store, Java) run before Spark starts. --out is a local directory or a Hadoop URI; the tables
+(and --keep-messages, and the records --since-last keeps) are written from the executors, so on a cluster it
+must be a path every node sees (HDFS, s3a://, a shared mount).
 Exit codes: 0 done, 1 cannot run (the message says why), 2 a usage error, 3 nothing to analyse.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
+import contextlib
 import sys
 import time
 import uuid
@@ -131,29 +132,29 @@ def add_insights_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_insights(args: argparse.Namespace) -> int:
     """The command: the store probed, Spark started, the job run, the tables and report written, then a
-    summary on stdout. Progress goes to stderr, what the JVM prints to <out>/spark.log."""
-    from pipeline import aggregate, output, spark
+    summary on stdout. Progress goes to stderr, what the JVM prints to spark.log (in --out when it is a local
+    directory, else in this user's temporary one)."""
+    from pipeline import aggregate, hadoop, output, spark
     from pipeline.progress import Progress
 
-    out = Path(args.out).absolute()  # Spark is given file: URIs, never a path its filesystem would resolve
+    # Spark and Hadoop are given URIs, never a path the cluster's default filesystem would resolve
+    out = hadoop.location(args.out)
+    local_out = hadoop.local(out)
+    log = (local_out or spark.own_directory()) / ("spark.log" if local_out else "insights-spark.log")
 
     def say(text: str) -> None:
         if not args.quiet:
             _say("insights", text)
 
-    save: Path | None = None
+    save: str | None = None
+    files: hadoop.Files | None = None
     try:
         if args.since_last and args.input:
             _say("insights", "--since-last reads a store (--storage-uri), not --input files")
             return EXIT_USAGE
         scope = trends.scope(args.project, args.queues)
-        before = trends.previous(out, scope)
-        # the run --since-last goes on from: the newest that kept its records (a --since-last run; one without
-        # --since-last in between is compared with, but neither goes on from nor drops them)
-        since = trends.previous(out, scope, with_records=True) if args.since_last else None
-        save = out / "runs" / f".records-{uuid.uuid4().hex}" if args.since_last else None
-        store, ranges = None, None
-        if not args.input:
+        store, extents = None, []
+        if not args.input:  # the store is probed before Spark starts
             store = store_of(args)
             if store is None:
                 raise InsightsError(
@@ -161,6 +162,24 @@ def run_insights(args: argparse.Namespace) -> int:
                     "or --input FILE.jsonl"
                 )
             extents = load.dead_letter_queues(store, args.project, args.queues)
+        if local_out is not None:
+            local_out.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with spark.jvm_output(log):
+            session = spark.session(args.master)
+        session_s = time.monotonic() - started
+        context = session.sparkContext
+        cores = context.defaultParallelism
+        say(f"Spark {session.version} on {context.master} ({cores} cores); its log: {log}")
+        files = hadoop.Files(session, out)
+        files.mkdirs(out)
+        before = trends.previous(files, out, scope)
+        # the run --since-last goes on from: the newest that kept its records (a --since-last run; one without
+        # --since-last in between is compared with, but neither goes on from nor drops them)
+        since = trends.previous(files, out, scope, with_records=True) if args.since_last else None
+        save = hadoop.join(out, "runs", f".records-{uuid.uuid4().hex}") if args.since_last else None
+        ranges = None
+        if store is not None:
             # a run reads each DLQ up to the marker it sees now; --since-last from where the last run stopped
             ranges = load.ranges_from(extents, since.markers if since else {})
             if since and all(after >= upto for *_, after, upto in ranges):
@@ -177,16 +196,8 @@ def run_insights(args: argparse.Namespace) -> int:
                     + ("no previous run kept its records" if before else "no previous run")
                     + "; reading every DLQ whole this time, and keeping the records for the next"
                 )
-        out.mkdir(parents=True, exist_ok=True)
         if before:
             say(f"comparing with the previous run, {before.stamp} (its last death {before.last_ms} ms)")
-        started = time.monotonic()
-        with spark.jvm_output(out / "spark.log"):
-            session = spark.session(args.master)
-        session_s = time.monotonic() - started
-        context = session.sparkContext
-        cores = context.defaultParallelism
-        say(f"Spark {session.version} on {context.master} ({cores} cores); its log: {out}/spark.log")
         if store is None:
             records = load.from_files(session, args.input, max_body_bytes=args.max_body_bytes)
         else:
@@ -204,35 +215,39 @@ def run_insights(args: argparse.Namespace) -> int:
                 session,
                 records,
                 step=progress.step,
-                keep=(out / "messages").as_uri() if args.keep_messages else None,
+                keep=hadoop.join(out, "messages") if args.keep_messages else None,
                 since_ms=before.last_ms if before else None,
                 top=args.top,
-                save=save.as_uri() if save else None,
-                history=since.records.as_uri() if since and since.records else None,
+                save=save,
+                history=since.records if since else None,
             )
-        insights.timings["session_s"] = round(session_s, 3)
-        output.write(
-            insights,
-            out,
-            top=args.top,
-            scope=scope,
-            before=before,
-            keep_runs=args.keep_runs,
-            markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
-            since_last=since is not None,
-            records=save,
-            max_body_bytes=args.max_body_bytes,
-        )
+            insights.timings["session_s"] = round(session_s, 3)
+            progress.step("writing the tables and the report")
+            output.write(
+                insights,
+                out,
+                top=args.top,
+                scope=scope,
+                before=before,
+                keep_runs=args.keep_runs,
+                markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
+                since_last=since is not None,
+                records=save,
+                max_body_bytes=args.max_body_bytes,
+            )
+            progress.step("")
+            insights.release()
     except InsightsError as e:
         _say("insights", str(e))
         return _exit_code(e)
     except Exception as e:  # a Spark failure: one line, the rest is in spark.log
-        where = "spark-submit's output" if spark.submitted() else out / "spark.log"
+        where = "spark-submit's output" if spark.submitted() else log
         _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {where})")
         return EXIT_FAILED
     finally:  # the records a run that did not finish began to keep (a finished one moved them into its run)
-        if save is not None:
-            shutil.rmtree(save, ignore_errors=True)
+        if save is not None and files is not None:
+            with contextlib.suppress(Exception):  # the JVM may be gone with what failed
+                files.delete(save)
     sys.stdout.write(output.summary(insights, out, top=5) + "\n")
     return 0
 

@@ -8,10 +8,11 @@ jsonl.py        the same records from a `charon export` file, parsed in Spark SQ
 load.py         what the job reads: a store (DeadLetterStore, its DLQs probed first) or export files
 spark.py        the SparkSession: Java checked, the data source registered, the code shipped to executors
 analysis.py     the aggregates, as DataFrame -> DataFrame functions in Spark SQL (no Python UDFs)
-aggregate.py    every aggregate over the records, collected as Arrow tables (Insights)
+aggregate.py    every aggregate over the records, cached, with a bounded view collected (Insights)
 purepython.py   the same aggregates in one Python process: the benchmark's baseline and the tests' oracle
-report.py       the HTML report (inline SVG charts) from the collected aggregates
-output.py       the tables and report written to the output directory, and the printed summary
+report.py       the HTML report (inline SVG charts) from the collected views
+output.py       the tables (by Spark) and report written to the output URI, and the printed summary
+hadoop.py       the output URI through Hadoop's FileSystem (file:, hdfs:, s3a:, ...)
 progress.py     the job's progress on stderr
 export.py       a store's DLQs as JSON Lines (`charon export`)
 errors.py       why the job cannot run (InsightsError, NothingToAnalyse)

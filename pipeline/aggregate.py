@@ -1,4 +1,6 @@
-"""Every aggregate of analysis.py over a records DataFrame, collected (they are small) as Arrow tables."""
+"""Every aggregate of analysis.py over a records DataFrame: each table a cached Spark DataFrame (written
+whole by Spark, output.py), of which only a bounded view comes to the driver (the report's rows: the top
+signatures, consumers and offenders, at most SHOWN rows of the others) with each table's row count."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 ROWS_PER_SHUFFLE_PARTITION = 250_000  # of the enriched rows an aggregate reads; its shuffle is far smaller
 MAX_SHUFFLE_PARTITIONS = 2_000
 SPARK_DEFAULT = "200"  # spark.sql.shuffle.partitions when nobody set it (or set it to 200)
+SHOWN = 1_000  # rows of a table (beyond the top signatures and offenders) that come to the driver
+TOP = ("signatures", "consumers", "repeat_offenders")  # their view: the `top` first rows
+OF_SIGNATURES = ("signature_fields", "signature_rate")  # their view: the rows of the viewed signatures
 
 
 def shuffle_partitions(rows: int, cores: int) -> int:
@@ -37,17 +42,79 @@ def shuffle_partitions(rows: int, cores: int) -> int:
 
 @dataclass
 class Insights:
-    tables: dict[str, pa.Table]
+    frames: dict[str, DataFrame]  # every table whole, cached until release()
+    tables: dict[str, pa.Table]  # what came to the driver: each table's view (view())
+    counts: dict[str, int]  # each table's rows
     rate_width_s: int
     total: int
     first_ms: int  # the first and last death analysed
     last_ms: int
+    analysed: int = 0  # the messages with provenance (by_source's sum), the first and last of their deaths
+    analysed_ms: tuple[int | None, int | None] = (None, None)
+    not_ok: int = 0  # the messages not analysed by body (quality's buckets other than ok)
+    top: int = 15
     timings: dict[str, float] = field(default_factory=dict)
     shuffle_partitions: int | None = None  # what the aggregates ran with, when set from the data
 
-    def rows(self, name: str) -> list[dict[str, Any]]:
+    def shown(self, name: str) -> list[dict[str, Any]]:
+        """The view's rows, in the table's order (analysis.ORDER)."""
         rows: list[dict[str, Any]] = self.tables[name].to_pylist()
         return rows
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The whole table, brought to the driver and sorted (for a caller that knows it is small: tests,
+        notebooks); the command itself never does this."""
+        rows: list[dict[str, Any]] = in_order(name, self.frames[name].toArrow()).to_pylist()
+        return rows
+
+    def release(self) -> None:
+        for frame in self.frames.values():
+            frame.unpersist()
+
+
+def in_order(name: str, table: pa.Table) -> pa.Table:
+    from pipeline import analysis
+
+    return table.sort_by([(column, how, "at_start") for column, how in analysis.ORDER[name]])
+
+
+def view(name: str, frame: DataFrame, *, top: int, keys: list[tuple[str, str]] | None = None) -> pa.Table:
+    """What of a table comes to the driver: the signatures' `top` in their order with the fix-first one
+    (trends.fix_first), the `top` consumers and offenders, of signature_fields and signature_rate the rows of
+    `keys` (the viewed signatures), of the rest the first SHOWN rows; sorted as analysis.ORDER says."""
+    from pyspark.sql import functions as F
+
+    from pipeline import analysis
+
+    def ordered(order: list[tuple[str, str]]) -> list[Any]:
+        return [
+            F.col(c).asc_nulls_first() if how == "ascending" else F.col(c).desc_nulls_first()
+            for c, how in order
+        ]
+
+    if name in OF_SIGNATURES:
+        assert keys is not None
+        wanted = frame.sparkSession.createDataFrame(keys, "project string, signature string")
+        return in_order(
+            name, frame.join(F.broadcast(wanted), ["project", "signature"], "left_semi").toArrow()
+        )
+    table = frame.orderBy(*ordered(analysis.ORDER[name])).limit(top if name in TOP else SHOWN).toArrow()
+    if name == "signatures":
+        first = frame.orderBy(*ordered(FIX_FIRST)).limit(1).toArrow()
+        viewed = {(r["project"], r["signature"]) for r in table.select(["project", "signature"]).to_pylist()}
+        if first.num_rows and (first["project"][0].as_py(), first["signature"][0].as_py()) not in viewed:
+            table = pa_concat(table, first)
+    return in_order(name, table)
+
+
+FIX_FIRST = [("recent", "descending"), ("messages", "descending"), ("project", "ascending"),
+             ("signature", "ascending")]  # fmt: skip
+
+
+def pa_concat(a: pa.Table, b: pa.Table) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.concat_tables([a, b.cast(a.schema)])
 
 
 def analyse(
@@ -61,12 +128,13 @@ def analyse(
     save: str | None = None,
     history: str | None = None,
 ) -> Insights:
-    """The tables of TABLES, each sorted as analysis.ORDER says. `step` is told each step's name as it
-    starts ("" at the end); `keep`: also write every enriched message there (Parquet, from the executors);
-    `since_ms`: the previous run's last death, after which a signature's messages are `recent`; `top`: the
-    signatures (the most messages first) whose ids signature_ids lists, with the fix-first one. `save`:
-    first write the records there (Parquet, from the executors), with those kept in `history` (a previous
-    run's `save`) when given, and analyse what was written: every dead letter of both (--since-last)."""
+    """The tables of TABLES, each a cached DataFrame with its view (view()) collected and its rows counted.
+    `step` is told each step's name as it starts ("" at the end); `keep`: also write every enriched message
+    there (Parquet, from the executors); `since_ms`: the previous run's last death, after which a
+    signature's messages are `recent`; `top`: the signatures, consumers and offenders in the views, and
+    the signatures (with the fix-first one) whose ids signature_ids lists. `save`: first write the records
+    there (Parquet, from the executors), with those kept in `history` (a previous run's `save`) when given,
+    and analyse what was written: every dead letter of both (--since-last)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -83,6 +151,7 @@ def analyse(
     step("reading and parsing")
     enriched = analysis.enrich(records).persist(StorageLevel.MEMORY_AND_DISK)
     before, partitions = spark.conf.get(SHUFFLE_PARTITIONS) or SPARK_DEFAULT, None
+    frames: dict[str, DataFrame] = {}
     try:
         span = enriched.agg(F.count("*"), F.min("at_ms"), F.max("at_ms")).first()
         assert span is not None
@@ -96,7 +165,7 @@ def analyse(
             spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
         width = analysis.rate_width_s(first_ms or 0, last_ms or 0)
         recent_ms = analysis.recent_from(last_ms or 0, since_ms)
-        frames = {
+        built = {
             "by_source": analysis.by_source(enriched),
             "rate": analysis.rate(enriched, width),
             "claim_counts": analysis.claim_counts(enriched),
@@ -109,34 +178,50 @@ def analyse(
             "repeat_offenders": analysis.repeat_offenders(enriched),
             "quality": analysis.quality(enriched),
         }
-        tables = {}
+        tables, counts = {}, {}
 
-        def collect(name: str, frame: DataFrame) -> None:
+        def collect(name: str, frame: DataFrame, keys: list[tuple[str, str]] | None = None) -> None:
             step(name.replace("_", " "))
             t = time.monotonic()
-            order = [(column, how, "at_start") for column, how in analysis.ORDER[name]]
-            tables[name] = frame.toArrow().sort_by(order)
+            frames[name] = frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            counts[name] = frame.count()  # computes and caches it whole; the view reads the cache
+            tables[name] = view(name, frame, top=top, keys=keys)
             timings[f"{name}_s"] = time.monotonic() - t  # each table's share of the aggregates
 
-        for name, frame in frames.items():
-            collect(name, frame)
-        top_keys = trends.redrive_keys(tables["signatures"].to_pylist(), top)  # needs the signatures first
+        for name in ("signatures", *(n for n in built if n not in ("signatures", *OF_SIGNATURES))):
+            collect(name, built[name])
+        shown = [(r["project"], r["signature"]) for r in tables["signatures"].to_pylist()]
+        for name in OF_SIGNATURES:
+            collect(name, built[name], shown)
+        top_keys = trends.redrive_keys(in_order("signatures", tables["signatures"]).to_pylist(), top)
         collect("signature_ids", analysis.signature_ids(enriched, top_keys))
+        totals = frames["by_source"].agg(F.sum("messages"), F.min("first_ms"), F.max("last_ms")).first()
+        not_ok = frames["quality"].where(F.col("bucket") != "ok").agg(F.sum("messages")).first()
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
         if keep:
             step("writing the messages")
             enriched.write.mode("overwrite").parquet(keep)
+    except BaseException:
+        for frame in frames.values():
+            frame.unpersist()
+        raise
     finally:
         enriched.unpersist()
         if partitions is not None:
             spark.conf.set(SHUFFLE_PARTITIONS, before)
     step("")
     return Insights(
-        tables=tables,
+        frames=frames,
+        tables={name: tables[name] for name in TABLES},
+        counts={name: counts[name] for name in TABLES},
         rate_width_s=width,
         total=total,
         first_ms=first_ms or 0,
         last_ms=last_ms or 0,
+        analysed=int((totals[0] if totals else None) or 0),
+        analysed_ms=(totals[1], totals[2]) if totals else (None, None),
+        not_ok=int((not_ok[0] if not_ok else None) or 0),
+        top=top,
         timings={k: round(v, 3) for k, v in timings.items()},
         shuffle_partitions=partitions,
     )

@@ -4,20 +4,20 @@ the command prints."""
 from __future__ import annotations
 
 import json
-import shutil
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline import DEFAULT_MAX_BODY_BYTES, trends
+from pipeline import DEFAULT_MAX_BODY_BYTES, hadoop, trends
 from pipeline.aggregate import Insights
 from pipeline.report import duration, untitled
 
 
 def write(
     insights: Insights,
-    out: Path,
+    out: str | Path,
     *,
     top: int,
     scope: Mapping[str, Any] | None = None,
@@ -25,46 +25,51 @@ def write(
     keep_runs: int = trends.KEEP_RUNS,
     markers: Sequence[tuple[str | None, str, str, int]] = (),
     since_last: bool = False,
-    records: Path | None = None,
+    records: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
-    """out/tables/<name>.parquet for every table, the same under out/runs/<stamp>/tables/ with run.json (the
-    next run's comparison and, with `markers`, where `--since-last` goes on from), the redrive requests of
-    the top signatures' messages (out/redrive/, as report.redrive_request names them), and out/report.html
-    (`top` signatures and offenders). The signatures table gets each one's `status` against `before`, the
-    previous run (trends.status). `records`: the records a --since-last run kept (aggregate.analyse's
-    `save`), moved into the run's directory for the next one to go on from; `max_body_bytes`: the run's
-    --max-body-bytes (report.html offers a redrive by signature only at the default)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """Into `out` (a Hadoop URI or a local path, hadoop.location): every table written whole by Spark, as
+    runs/<stamp>/tables/<name>.parquet and again as tables/<name>.parquet (the newest run's), with the run's
+    run.json (the next run's comparison and, with `markers`, where `--since-last` goes on from); the redrive
+    requests of the top signatures' messages (redrive/, as report.redrive_request names them) and
+    report.html (`top` signatures and offenders), from the views. The signatures table gets each one's
+    `status` against `before`, the previous run (trends.with_status, in Spark). `records`: the records a
+    --since-last run kept (aggregate.analyse's `save`), moved into the run's directory for the next one to
+    go on from; `max_body_bytes`: the run's --max-body-bytes (report.html offers a redrive by signature only
+    at the default). Every file goes through Hadoop's FileSystem (hadoop.Files), none through Python's."""
     from pipeline import report
+    from pipeline.aggregate import view
 
-    sigs = insights.tables["signatures"]
-    if "status" in sigs.column_names:  # written before
-        sigs = sigs.drop_columns(["status"])
-    status = [trends.status(r, before, insights.last_ms) for r in sigs.to_pylist()]
-    insights.tables["signatures"] = sigs.append_column("status", pa.array(status, pa.string()))
+    uri = hadoop.location(out)
+    spark = insights.frames["signatures"].sparkSession
+    files = hadoop.Files(spark, uri)
+    from pyspark import StorageLevel
+
+    computed = insights.frames["signatures"]
+    # cached: written twice and viewed, and its join must not read a run that finish() may remove
+    sigs = trends.with_status(computed.drop("status"), before, insights.last_ms)
+    insights.frames["signatures"] = sigs = sigs.persist(StorageLevel.MEMORY_AND_DISK)
+    sigs.count()
+    computed.unpersist()
+    insights.tables["signatures"] = view("signatures", sigs, top=insights.top)
     now = datetime.now(tz=UTC)
-    run = trends.start(out, now.strftime("%Y%m%dT%H%M%S.%fZ"))
-    tables = out / "tables"
-    tables.mkdir(parents=True, exist_ok=True)
-    for name, table in insights.tables.items():
-        kept = run / "tables" / f"{name}.parquet"
-        pq.write_table(table, kept)
-        shutil.copyfile(kept, tables / f"{name}.parquet")
-    shutil.rmtree(out / "redrive", ignore_errors=True)  # the previous run's requests
-    for r in insights.rows("signature_ids"):
+    run = trends.start(files, uri, now.strftime("%Y%m%dT%H%M%S.%fZ"))
+    started = time.monotonic()
+    for name, frame in insights.frames.items():
+        for where in (hadoop.join(run, "tables"), hadoop.join(uri, "tables")):
+            frame.write.mode("overwrite").parquet(hadoop.join(where, f"{name}.parquet"))
+    insights.timings["write_s"] = round(time.monotonic() - started, 3)
+    files.delete(hadoop.join(uri, "redrive"))  # the previous run's requests
+    for r in insights.shown("signature_ids"):
         request = report.redrive_request(r)
         if request is None:
             continue
         dry, real, ids = request
-        (out / dry).parent.mkdir(parents=True, exist_ok=True)
         body = {"filter": {"message_ids": ids}}
-        (out / dry).write_text(json.dumps({**body, "dry_run": True}), encoding="utf-8")
-        (out / real).write_text(json.dumps(body), encoding="utf-8")
+        files.write_text(hadoop.join(uri, dry), json.dumps({**body, "dry_run": True}))
+        files.write_text(hadoop.join(uri, real), json.dumps(body))
     page = report.html(insights, top=top, before=before, max_body_bytes=max_body_bytes)
-    (out / "report.html").write_text(page, encoding="utf-8")
+    files.write_text(hadoop.join(uri, "report.html"), page)
     meta = {
         "at": now.isoformat(),
         "scope": dict(scope or trends.scope(None, None)),
@@ -78,39 +83,42 @@ def write(
         # with: a run without --since-last may come between), and added it to that run's records
         "since_last": since_last,
         "markers": [list(m) for m in markers],  # per DLQ, the highest marker read
+        "rows": insights.counts,  # each table's
     }
     if records is not None:
-        records.replace(run / trends.RECORDS)
-    trends.finish(run, meta, keep_runs)
+        files.rename(records, hadoop.join(run, trends.RECORDS))
+    trends.finish(files, run, meta, keep_runs)
 
 
-def summary(insights: Insights, out: Path, *, top: int) -> str:
+def summary(insights: Insights, out: str | Path, *, top: int) -> str:
+    uri = hadoop.location(out)
+    where = hadoop.local(uri) or uri
     lines = [
-        f"{insights.total:,} messages analysed; report: {out / 'report.html'}, tables: {out / 'tables'}/",
+        f"{insights.total:,} messages analysed; report: {where}/report.html, tables: {where}/tables/",
         "",
     ]
     head = ("project/source queue", "reason", "messages", "claims p50", "to death p50")
     lines.append("  {:<36} {:<11} {:>9} {:>10} {:>12}".format(*head))
-    for r in insights.rows("by_source")[:10]:
+    for r in insights.shown("by_source")[:10]:
         lines.append(
             f"  {r['project'] + '/' + r['source_queue']:<36.36} {r['reason']:<11} {r['messages']:>9,} "
             f"{r['claim_count_p50']:>10g} {duration(r['ttd_p50_s']):>12}"
         )
-    sigs = insights.rows("signatures")
+    sigs = insights.shown("signatures")
     if sigs:
-        lines += ["", f"  top failure signatures ({len(sigs):,} in all):"]
+        lines += ["", f"  top failure signatures ({insights.counts['signatures']:,} in all):"]
         for s in sigs[:top]:
             lines.append(f"  {s['messages']:>9,}  {(s['error'] or untitled(s))[:80]:<80}  {s['signature']}")
-    offenders = insights.rows("repeat_offenders")
+    offenders = insights.shown("repeat_offenders")
     if offenders:
         worst = offenders[0]
         lines += [
             "",
-            f"  repeat offenders: {len(offenders):,} bodies dead-lettered more than once "
-            f"(worst: {worst['messages']}x, {worst['preview'][:50]})",
+            f"  repeat offenders: {insights.counts['repeat_offenders']:,} bodies dead-lettered more than "
+            f"once (worst: {worst['messages']}x, {worst['preview'][:50]})",
         ]
     bad: dict[str, int] = {}
-    for q in insights.rows("quality"):
+    for q in insights.shown("quality"):
         if q["bucket"] != "ok":
             bad[q["bucket"]] = bad.get(q["bucket"], 0) + q["messages"]
     if bad:

@@ -65,31 +65,29 @@ def html(
 ) -> str:
     """The report. A redrive by signature is offered only for a run that read bodies as the server signs
     them (`max_body_bytes` the default): at another limit a body between the two is signed differently."""
-    by_source = insights.rows("by_source")
-    sigs = insights.rows("signatures")
+    by_source = insights.shown("by_source")
+    sigs = insights.shown("signatures")
     fields: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for f in insights.rows("signature_fields"):
+    for f in insights.shown("signature_fields"):
         fields[(f["project"], f["signature"])].append(f)
     rates: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
-    for r in insights.rows("signature_rate"):
+    for r in insights.shown("signature_rate"):
         rates[(r["project"], r["signature"])][r["bucket_ms"]] = r["messages"]
     chart = Sparks(rates, insights.first_ms, insights.last_ms, insights.rate_width_s * 1000)
     signable = max_body_bytes == DEFAULT_MAX_BODY_BYTES
     redrives: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in insights.rows("signature_ids"):
+    for r in insights.shown("signature_ids"):
         redrives[(r["project"], r["signature"])].append({**r, "by_signature": signable})
     window = (
         f"since the previous run (its last death {ts(before.last_ms)} UTC)"
         if before
         else f"in the last {duration(RECENT_S)} before the last death"
     )
-    offenders = insights.rows("repeat_offenders")
-    consumers = insights.rows("consumers")
-    quality = insights.rows("quality")
-    analysed = sum(r["messages"] for r in by_source)
-    first = min((r["first_ms"] for r in by_source), default=None)
-    last = max((r["last_ms"] for r in by_source), default=None)
-    ok = sum(q["messages"] for q in quality if q["bucket"] == "ok")
+    offenders = insights.shown("repeat_offenders")
+    consumers = insights.shown("consumers")
+    quality = insights.shown("quality")
+    analysed, counts = insights.analysed, insights.counts
+    first, last = insights.analysed_ms
     parts = [
         "<!doctype html><html lang=en><meta charset=utf-8><title>Charon DLQ insights</title>",
         f"<style>{CSS}</style><h1>Why messages died</h1>",
@@ -98,18 +96,18 @@ def html(
         "<div class=kpis>",
         _kpi(f"{insights.total:,}", "messages read"),
         _kpi(f"{analysed:,}", "with provenance"),
-        _kpi(f"{len(by_source):,}", "source queue / reason pairs"),
-        _kpi(f"{len(sigs):,}", "failure signatures"),
-        _kpi(f"{len(offenders):,}", "repeat offenders"),
-        _kpi(f"{insights.total - ok:,}", "not analysed by body"),
+        _kpi(f"{counts['by_source']:,}", "source queue / reason pairs"),
+        _kpi(f"{counts['signatures']:,}", "failure signatures"),
+        _kpi(f"{counts['repeat_offenders']:,}", "repeat offenders"),
+        _kpi(f"{insights.not_ok:,}", "not analysed by body"),
         "</div>",
         _fix_first(trends.fix_first(sigs), fields, chart, window, redrives),
         "<h2>Per source queue and reason</h2>",
         _by_source_table(by_source, analysed),
         f"<h2>Dead-lettering rate</h2><div class=muted>messages per {duration(insights.rate_width_s)}</div>",
-        _rate_chart(insights.rows("rate"), insights.rate_width_s),
+        _rate_chart(insights.shown("rate"), insights.rate_width_s),
         "<h2>Claim counts and time to death</h2>",
-        _distribution_cards(by_source, insights.rows("claim_counts"), insights.rows("time_to_death")),
+        _distribution_cards(by_source, insights.shown("claim_counts"), insights.shown("time_to_death")),
         "<h2>Failure signatures</h2><div class=muted>messages grouped by their error text with ids, values "
         "and times masked; under each, its body shapes and the fields that set its bodies apart; "
         + (
@@ -117,20 +115,20 @@ def html(
             if before
             else "the first run in this output directory: nothing to compare with"
         )
-        + f" (top {min(top, len(sigs))} of {len(sigs):,})</div>",
+        + f" (top {min(top, len(sigs))} of {counts['signatures']:,})</div>",
         _signature_cards(sigs[:top], fields, chart, window, redrives),
         "<h2>Rejections</h2><div class=muted>messages their consumer rejected, by the reason it gave</div>",
-        _rejection_table(insights.rows("rejections")),
+        _rejection_table(insights.shown("rejections")),
         "<h2>Failures per consumer</h2><div class=muted>by the Client-ID of the consumer whose claim used up "
         "the last delivery, or that rejected the message; its share of the source queue's dead letters, and "
-        f"the signature of most of them (top {min(top, len(consumers))} of {len(consumers):,})</div>",
+        f"the signature of most of them (top {min(top, len(consumers))} of {counts['consumers']:,})</div>",
         _consumer_table(
             consumers[:top],
             {(s["project"], s["signature"]): s for s in sigs},
             {(s["project"], s["signature"]) for s in sigs[:top]},
         ),
         f"<h2>Repeat offenders</h2><div class=muted>identical bodies dead-lettered more than once "
-        f"(top {min(top, len(offenders))} of {len(offenders):,})</div>",
+        f"(top {min(top, len(offenders))} of {counts['repeat_offenders']:,})</div>",
         _offender_table(offenders[:top]),
         "<h2>Data quality</h2><div class=muted>messages whose body or provenance could not be analysed are "
         "counted here, not dropped</div>",

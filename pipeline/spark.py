@@ -125,7 +125,7 @@ def _shipped_files() -> list[Path]:
     )
 
 
-def _own_directory() -> Path:
+def own_directory() -> Path:
     """<tmp>/charon-<uid>: this user's, 0700; another user's directory (or a symlink) there is refused."""
     folder = Path(tempfile.gettempdir()) / f"charon-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -145,7 +145,7 @@ def code_archive() -> str:
     digest = hashlib.sha256()
     for file in files:
         digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes() + b"\0")
-    path = _own_directory() / f"charon-pipeline-{digest.hexdigest()[:16]}.zip"
+    path = own_directory() / f"charon-pipeline-{digest.hexdigest()[:16]}.zip"
     if not path.exists():
         fd, partial = tempfile.mkstemp(prefix=path.stem, suffix=".part", dir=path.parent)
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as z:

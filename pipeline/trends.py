@@ -2,20 +2,24 @@
 run.json, and the next run in the same --out with the same scope (project and queues) compares its
 signatures with them: new, growing, steady or quiet, and which one to fix first.
 
-Pure Python over the small tables (no Spark): the driver reads the previous run's signatures table, and the
-job counts each signature's `recent` messages (dead-lettered after the previous run's last death,
-analysis.recent_from), so the comparison is exact however the queues were read.
+The job counts each signature's `recent` messages (dead-lettered after the previous run's last death,
+analysis.recent_from), so the comparison is exact however the queues were read; the status is a join with the
+previous run's signatures table, in Spark (with_status). The runs are found, read and pruned through Hadoop's
+FileSystem (hadoop.Files), so --out may be any Hadoop URI.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pipeline import hadoop
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 GROWING = 1.5  # growing: dead-lettering since the previous run at this many times its rate in that run
 MAX_RUNS = 1000  # --keep-runs' bound
@@ -26,34 +30,31 @@ RECORDS = "records"  # a --since-last run's records (Parquet), in its directory:
 
 @dataclass(frozen=True)
 class Run:
-    """What a run leaves for the next: its span of deaths, its scope and its signatures' counts."""
+    """What a run leaves for the next: its span of deaths, its scope and where its signatures table is."""
 
     stamp: str
     first_ms: int
     last_ms: int
     scope: dict[str, Any]
-    signatures: dict[tuple[str, str], int]
     # per DLQ (pool, project, queue): the highest marker it read, where `--since-last` goes on from
     markers: dict[tuple[str | None, str, str], int] = field(default_factory=dict)
-    path: Path | None = None  # its directory
+    path: str = ""  # its directory (a URI)
+    records: str | None = None  # the records a --since-last run kept (every dead letter its tables count)
 
     @property
-    def records(self) -> Path | None:
-        """The records a --since-last run kept (every dead letter its tables count), None if it kept none."""
-        if self.path is None or not (self.path / RECORDS).is_dir():
-            return None
-        return self.path / RECORDS
+    def signatures(self) -> str:
+        return hadoop.join(self.path, "tables", "signatures.parquet")
 
 
 def scope(project: str | None, queues: Iterable[str] | None) -> dict[str, Any]:
     return {"project": project, "queues": sorted(queues) if queues else None}
 
 
-def _meta(run: Path) -> dict[str, Any] | None:
+def _meta(files: hadoop.Files, run: str) -> dict[str, Any] | None:
     """A finished run's run.json, or None (cut off before it wrote one, or not ours)."""
     try:
-        meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = json.loads(files.read_text(hadoop.join(run, "run.json")) or "null")
+    except ValueError:
         return None
     if not isinstance(meta, dict):
         return None
@@ -61,47 +62,53 @@ def _meta(run: Path) -> dict[str, Any] | None:
     return meta if ok else None
 
 
-def previous(out: Path, this_scope: Mapping[str, Any], *, with_records: bool = False) -> Run | None:
-    """The newest finished run in `out` with this scope (`with_records`: of those that kept their records,
-    the one --since-last goes on from), else None."""
-    import pyarrow.parquet as pq
-
-    runs = out / "runs"
-    if not runs.is_dir():
-        return None
-    for run in sorted(runs.iterdir(), reverse=True):
-        meta = _meta(run)
-        if meta is None or meta["scope"] != this_scope or (with_records and not (run / RECORDS).is_dir()):
+def previous(
+    files: hadoop.Files, out: str, this_scope: Mapping[str, Any], *, with_records: bool = False
+) -> Run | None:
+    """The newest finished run in `out` (a URI) with this scope and its signatures table (`with_records`:
+    of those that kept their records, the one --since-last goes on from), else None."""
+    for entry in reversed(files.children(hadoop.join(out, "runs"))):
+        if not entry.is_dir:
             continue
-        try:
-            table = pq.read_table(
-                run / "tables" / "signatures.parquet", columns=["project", "signature", "messages"]
-            )
-        except (OSError, ValueError, KeyError):  # its tables are gone or not ours
+        meta = _meta(files, entry.uri)
+        records = hadoop.join(entry.uri, RECORDS)
+        kept = files.is_dir(records)
+        if meta is None or meta["scope"] != this_scope or (with_records and not kept):
             continue
-        counts = {(r["project"], r["signature"]): r["messages"] for r in table.to_pylist()}
+        if not files.exists(hadoop.join(entry.uri, "tables", "signatures.parquet")):  # gone, or not ours
+            continue
         markers = {}
-        for entry in meta.get("markers") or []:
-            if isinstance(entry, list) and len(entry) == 4 and isinstance(entry[3], int):
-                markers[(entry[0], entry[1], entry[2])] = entry[3]
-        return Run(run.name, meta["first_ms"], meta["last_ms"], meta["scope"], counts, markers, run)
+        for m in meta.get("markers") or []:
+            if isinstance(m, list) and len(m) == 4 and isinstance(m[3], int):
+                markers[(m[0], m[1], m[2])] = m[3]
+        return Run(
+            entry.name, meta["first_ms"], meta["last_ms"], meta["scope"], markers, entry.uri,
+            records if kept else None,
+        )  # fmt: skip
     return None
 
 
-def status(row: Mapping[str, Any], before: Run | None, last_ms: int) -> str | None:
-    """A signature row's status against the previous run (None when there is none): `new` (not in it),
-    `quiet` (nothing dead-lettered since), `growing` (dead-lettering since at GROWING times or more its rate
-    over that run's span), else `steady`."""
+def with_status(signatures: DataFrame, before: Run | None, last_ms: int) -> DataFrame:
+    """The signatures table with each one's `status` against the previous run (null when there is none):
+    `new` (not in it), `quiet` (nothing dead-lettered since), `growing` (dead-lettering since at GROWING
+    times or more its rate over that run's span), else `steady`. A join with that run's table, in Spark."""
+    from pyspark.sql import functions as F
+
     if before is None:
-        return None
-    then = before.signatures.get((row["project"], row["signature"]))
-    if then is None:
-        return "new"
-    if row["recent"] == 0:
-        return "quiet"
-    rate_then = then / max(before.last_ms - before.first_ms, 1)
-    rate_now = row["recent"] / max(last_ms - before.last_ms, 1)
-    return "growing" if rate_now >= GROWING * rate_then else "steady"
+        return signatures.withColumn("status", F.lit(None).cast("string"))
+    then = signatures.sparkSession.read.parquet(before.signatures).select(
+        "project", "signature", F.col("messages").alias("_then")
+    )
+    rate_then = F.col("_then") / F.lit(max(before.last_ms - before.first_ms, 1))
+    rate_now = F.col("recent") / F.lit(max(last_ms - before.last_ms, 1))
+    status = (
+        F.when(F.col("_then").isNull(), "new")
+        .when(F.col("recent") == 0, "quiet")
+        .when(rate_now >= F.lit(GROWING) * rate_then, "growing")
+        .otherwise("steady")
+    )
+    joined = signatures.join(then, ["project", "signature"], "left")
+    return joined.select(*signatures.columns, status.alias("status"))
 
 
 def fix_first(rows: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -120,32 +127,34 @@ def redrive_keys(rows: Sequence[Mapping[str, Any]], top: int) -> list[tuple[str,
     return keys
 
 
-def start(out: Path, stamp: str) -> Path:
-    """<out>/runs/<stamp>/ with its tables/ directory made."""
-    run = out / "runs" / stamp
-    (run / "tables").mkdir(parents=True, exist_ok=True)
+def start(files: hadoop.Files, out: str, stamp: str) -> str:
+    """<out>/runs/<stamp>/ made; its URI."""
+    run = hadoop.join(out, "runs", stamp)
+    files.mkdirs(run)
     return run
 
 
-def finish(run: Path, meta: Mapping[str, Any], keep_runs: int) -> None:
+def finish(files: hadoop.Files, run: str, meta: Mapping[str, Any], keep_runs: int) -> None:
     """run.json written last (a run without one is never compared with); then, of the finished runs with this
     run's scope, all but the newest `keep_runs` removed (never the newest that kept records: --since-last
     goes on from it), and when this run kept records, those of the others; and runs that never finished once
     a day old (a run of another scope, or one still being written, is left alone)."""
-    (run / "run.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    files.write_text(hadoop.join(run, "run.json"), json.dumps(meta, indent=2))
     mine, cut_off = [], []
-    for other in sorted(p for p in run.parent.iterdir() if p.is_dir()):
-        found = _meta(other)
+    for other in files.children(run.rsplit("/", 1)[0]):
+        if not other.is_dir:
+            continue
+        found = _meta(files, other.uri)
         if found is None:
             cut_off.append(other)
         elif found["scope"] == meta["scope"]:
-            mine.append(other)
-    stale = time.time() - STALE_S
-    kept = [p for p in mine if (p / RECORDS).is_dir()][-1:]
-    old = [p for p in mine[:-keep_runs] if p not in kept] + [p for p in cut_off if p.stat().st_mtime < stale]
+            mine.append(other.uri)
+    stale = (time.time() - STALE_S) * 1000
+    kept = [p for p in mine if files.is_dir(hadoop.join(p, RECORDS))][-1:]
+    old = [p for p in mine[:-keep_runs] if p not in kept] + [e.uri for e in cut_off if e.modified_ms < stale]
     for path in old:
-        shutil.rmtree(path, ignore_errors=True)
+        files.delete(path)
     if kept == [run]:
-        for other in mine:
-            if other != run:
-                shutil.rmtree(other / RECORDS, ignore_errors=True)
+        for other_run in mine:
+            if other_run != run:
+                files.delete(hadoop.join(other_run, RECORDS))

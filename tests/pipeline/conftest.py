@@ -8,10 +8,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -19,6 +21,7 @@ from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from core.models import Message, QueueRef
+from pipeline import aggregate, hadoop, trends
 from pipeline.load import DeadLetterStore
 from pipeline.spark import session
 from storage.base import Store
@@ -31,6 +34,21 @@ from tests.conftest import close_pooled
 from tests.contract.helpers import all_messages
 from tests.pipeline import scenario
 from tests.servers import RedisServer
+
+
+def written(out: Path, name: str) -> list[dict[str, Any]]:
+    """A table as Spark wrote it into `out` (a directory of Parquet files, in no order), in its order."""
+    rows: list[dict[str, Any]] = aggregate.in_order(
+        name, pq.read_table(out / "tables" / f"{name}.parquet")
+    ).to_pylist()
+    return rows
+
+
+def previous(spark: SparkSession, out: Path, scope: dict[str, Any], **kw: Any) -> trends.Run | None:
+    """trends.previous in a local directory."""
+    uri = hadoop.location(out)
+    return trends.previous(hadoop.Files(spark, uri), uri, scope, **kw)
+
 
 PROJECTS = {"shop": (5, 8), "tenant-b": (2, 4)}  # project -> (rounds, messages per queue and round)
 

@@ -10,7 +10,6 @@ import sys
 import uuid
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -204,7 +203,7 @@ def test_charon_insights_command(dead_letters: DeadLetters, tmp_path: Path) -> N
     assert "top failure signatures" in done.stdout
     assert "reading and parsing" in done.stderr
     assert (out / "report.html").stat().st_size > 10_000
-    by_source = pq.read_table(out / "tables" / "by_source.parquet").to_pylist()
+    by_source = written(out, "by_source")
     assert by_source == purepython.analyse(dead_letters.records)["by_source"]
     [run] = out.glob("runs/*/run.json")
     assert json.loads(run.read_text())["shuffle_partitions"] == 4  # from the data: two per core, few rows

@@ -8,7 +8,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -17,6 +16,7 @@ from pipeline import aggregate, load, output, purepython, report
 from pipeline.aggregate import TABLES, Insights
 from tests.pipeline import scenario
 from tests.pipeline.conftest import DeadLetters
+from tests.pipeline.conftest import written as table_in
 from tests.pipeline.scenario import TEST_MAX_BODY_BYTES
 
 pytestmark = pytest.mark.timeout(300)
@@ -43,7 +43,7 @@ def tables(insights: Insights) -> dict[str, list[dict[str, Any]]]:
 def written(out: Path, name: str) -> list[dict[str, Any]]:
     """A table a first run wrote to `out`, as the job computed it: a first run's signatures have no status
     (there is nothing to compare with), which is checked and dropped."""
-    rows: list[dict[str, Any]] = pq.read_table(out / "tables" / f"{name}.parquet").to_pylist()
+    rows = table_in(out, name)
     if name == "signatures":
         assert {r.pop("status") for r in rows} <= {None}
     return rows
@@ -128,7 +128,7 @@ def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLette
     insights = from_store(spark, dead_letters, project="shop")
     output.write(insights, tmp_path, top=10)
     for name in TABLES:
-        assert pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist() == insights.rows(name)
+        assert table_in(tmp_path, name) == insights.rows(name)
     html = (tmp_path / "report.html").read_text()
     top = insights.rows("signatures")[0]
     assert escape(top["error"] or report.untitled(top)) in html

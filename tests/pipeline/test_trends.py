@@ -22,7 +22,7 @@ from storage.export import Extent
 from storage.registry import open_store
 from tests.contract.helpers import claim_ids, post, set_meta
 from tests.pipeline import corpus
-from tests.pipeline.conftest import listed, record
+from tests.pipeline.conftest import listed, previous, record, written
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,14 +49,14 @@ def test_a_second_run_says_what_is_new_growing_steady_or_quiet(spark: SparkSessi
     mid = times[len(times) // 2]
     scope = trends.scope("corpus", None)
     first = [r for r in records if r["dead_lettered_at_ms"] <= mid]
-    assert trends.previous(tmp_path, scope) is None
+    assert previous(spark, tmp_path, scope) is None
     output.write(aggregate.analyse(spark, spark.createDataFrame(first, DDL)), tmp_path, top=20, scope=scope)
     assert "nothing to compare with" in (tmp_path / "report.html").read_text()
 
-    before = trends.previous(tmp_path, scope)
+    before = previous(spark, tmp_path, scope)
     assert before is not None
     assert before.last_ms == mid
-    assert trends.previous(tmp_path, trends.scope("corpus", ["orders.dlq"])) is None  # another scope
+    assert previous(spark, tmp_path, trends.scope("corpus", ["orders.dlq"])) is None  # another scope
     second = later(records, cause_of, mid)
     insights = aggregate.analyse(spark, spark.createDataFrame(second, DDL), since_ms=before.last_ms)
     expected = purepython.analyse(second, since_ms=before.last_ms)
@@ -64,7 +64,7 @@ def test_a_second_run_says_what_is_new_growing_steady_or_quiet(spark: SparkSessi
         assert insights.rows(name) == expected[name], name
     output.write(insights, tmp_path, top=20, scope=scope, before=before)
 
-    sigs = pq.read_table(tmp_path / "tables" / "signatures.parquet").to_pylist()
+    sigs = written(tmp_path, "signatures")
     status = {s["error"]: s["status"] for s in sigs}
     assert status.pop("customer <*> not found") == "quiet"
     assert status.pop("schema registry unreachable (attempt <*>)") == "new"
@@ -100,11 +100,11 @@ def test_runs_beyond_keep_runs_are_removed_and_cut_off_runs_ignored(
     output.write(insights, tmp_path, top=5, scope=other, keep_runs=1)  # another scope's runs stay
     assert len(list((tmp_path / "runs").iterdir())) == 3
     (runs[1] / "run.json").unlink()  # as if that run had been killed before it finished
-    before = trends.previous(tmp_path, scope)
+    before = previous(spark, tmp_path, scope)
     assert before is not None
     assert before.stamp == runs[0].name
     (runs[0] / "run.json").write_text("[]")  # not ours: ignored, not fatal
-    assert trends.previous(tmp_path, scope) is None
+    assert previous(spark, tmp_path, scope) is None
 
 
 def test_a_death_without_provenance_widens_the_rate_buckets_in_both(spark: SparkSession) -> None:
@@ -140,7 +140,7 @@ async def test_since_last_reads_only_what_arrived_and_updates_the_tables(
         await store.release_claim(orders, claim)
 
     def table(name: str) -> list[dict[str, Any]]:  # as the job computed it (a status is the driver's)
-        rows: list[dict[str, Any]] = pq.read_table(tmp_path / "tables" / f"{name}.parquet").to_pylist()
+        rows = written(tmp_path, name)
         for r in rows:
             r.pop("status", None)
         return rows
@@ -152,7 +152,7 @@ async def test_since_last_reads_only_what_arrived_and_updates_the_tables(
         assert main(argv) == 0  # the first: everything, and it keeps the records it read
         assert main(argv) == 3  # nothing new: nothing to analyse
         assert "nothing was dead-lettered since the previous run" in capsys.readouterr().err
-        first = trends.previous(tmp_path, trends.scope(None, None))
+        first = previous(spark, tmp_path, trends.scope(None, None))
         assert first is not None
         clock.advance(60)
         await die(*({"error": f"crash {i}"} for i in range(3)))
@@ -162,7 +162,7 @@ async def test_since_last_reads_only_what_arrived_and_updates_the_tables(
             ("boom in step <*>", 5, 0),
             ("crash <*>", 3, 3),
         ]
-        shown = pq.read_table(tmp_path / "tables" / "signatures.parquet").to_pylist()
+        shown = written(tmp_path, "signatures")
         assert [s["status"] for s in shown] == ["quiet", "new"]
         # the updated tables are those of one run over every dead letter, compared with the first run
         everything = [record("shop", m) for m in await listed(store, QueueRef("shop", "orders.dlq"))]
@@ -179,7 +179,7 @@ async def test_since_last_reads_only_what_arrived_and_updates_the_tables(
         # the records nor drops them
         plain = [a for a in argv if a != "--since-last"]
         assert main([*plain, "--keep-runs", "1"]) == 0
-        middle = trends.previous(tmp_path, trends.scope(None, None))
+        middle = previous(spark, tmp_path, trends.scope(None, None))
         assert middle is not None
         assert middle.records is None
         clock.advance(60)
