@@ -93,7 +93,10 @@ class Files:
         self._fs.mkdirs(self._path(uri))
 
     def read_text(self, uri: str) -> str | None:
-        """The file's text (UTF-8), None when it is missing, a directory or larger than MAX_READ_BYTES."""
+        """The file's text (UTF-8), None when it is missing, a directory, larger than MAX_READ_BYTES or
+        unreadable (on a local disk, a file changed by hand fails its checksum file's check)."""
+        from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
         path = self._path(uri)
         if not self._fs.exists(path):
             return None
@@ -103,6 +106,8 @@ class Files:
         stream = self._fs.open(path)
         try:
             data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        except Py4JJavaError:
+            return None
         finally:
             stream.close()
         return bytes(data).decode("utf-8", errors="replace")
