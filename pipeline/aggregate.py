@@ -78,10 +78,21 @@ def in_order(name: str, table: pa.Table) -> pa.Table:
     return table.sort_by([(column, how, "at_start") for column, how in analysis.ORDER[name]])
 
 
-def view(name: str, frame: DataFrame, *, top: int, keys: list[tuple[str, str]] | None = None) -> pa.Table:
-    """What of a table comes to the driver: the signatures' `top` in their order with the fix-first one
-    (trends.fix_first), the `top` consumers and offenders, of signature_fields and signature_rate the rows of
-    `keys` (the viewed signatures), of the rest the first SHOWN rows; sorted as analysis.ORDER says."""
+# the fix-first signature (trends.fix_first) first: the most recent messages, then the most messages
+FIX_FIRST = [("recent", "descending"), ("messages", "descending"), ("project", "ascending"),
+             ("signature", "ascending")]  # fmt: skip
+
+
+def view(
+    name: str, frame: DataFrame, *, top: int, keys: list[tuple[str, str]] | None = None
+) -> tuple[pa.Table, int]:
+    """What of a table comes to the driver, and its row count: the signatures' `top` in their order with the
+    fix-first one (trends.fix_first), the `top` consumers and offenders, of signature_fields and
+    signature_rate the rows of `keys` (the viewed signatures), of the rest the first SHOWN rows; sorted as
+    analysis.ORDER says. One job when the table has at most SHOWN rows (the first SHOWN + 1 are collected and
+    the view cut from them), a few more for a larger one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     from pipeline import analysis
@@ -92,29 +103,31 @@ def view(name: str, frame: DataFrame, *, top: int, keys: list[tuple[str, str]] |
             for c, how in order
         ]
 
+    def first(order: list[tuple[str, str]], n: int) -> pa.Table:
+        return in_order(name, frame.orderBy(*ordered(order)).limit(n).toArrow())
+
+    head = first(analysis.ORDER[name], SHOWN + 1)
+    whole = head.num_rows <= SHOWN
+    count = head.num_rows if whole else frame.count()
     if name in OF_SIGNATURES:
         assert keys is not None
-        wanted = frame.sparkSession.createDataFrame(keys, "project string, signature string")
-        return in_order(
-            name, frame.join(F.broadcast(wanted), ["project", "signature"], "left_semi").toArrow()
-        )
-    table = frame.orderBy(*ordered(analysis.ORDER[name])).limit(top if name in TOP else SHOWN).toArrow()
+        if whole:
+            wanted = pa.array([f"{p}\0{s}" for p, s in keys], pa.string())
+            key = pc.binary_join_element_wise(head["project"], head["signature"], "\0")
+            return head.filter(pc.is_in(key, value_set=wanted)), count
+        asked = frame.sparkSession.createDataFrame(keys, "project string, signature string")
+        of_keys = frame.join(F.broadcast(asked), ["project", "signature"], "left_semi")
+        return in_order(name, of_keys.toArrow()), count
+    if name not in TOP:
+        return head.slice(0, SHOWN), count
+    table = head.slice(0, top)
     if name == "signatures":
-        first = frame.orderBy(*ordered(FIX_FIRST)).limit(1).toArrow()
-        viewed = {(r["project"], r["signature"]) for r in table.select(["project", "signature"]).to_pylist()}
-        if first.num_rows and (first["project"][0].as_py(), first["signature"][0].as_py()) not in viewed:
-            table = pa_concat(table, first)
-    return in_order(name, table)
-
-
-FIX_FIRST = [("recent", "descending"), ("messages", "descending"), ("project", "ascending"),
-             ("signature", "ascending")]  # fmt: skip
-
-
-def pa_concat(a: pa.Table, b: pa.Table) -> pa.Table:
-    import pyarrow as pa
-
-    return pa.concat_tables([a, b.cast(a.schema)])
+        best = in_order(name, head).sort_by([(c, h, "at_start") for c, h in FIX_FIRST]).slice(0, 1)
+        fix = best if whole else first(FIX_FIRST, 1)
+        shown = set(zip(table["project"].to_pylist(), table["signature"].to_pylist(), strict=True))
+        if fix.num_rows and (fix["project"][0].as_py(), fix["signature"][0].as_py()) not in shown:
+            table = pa.concat_tables([table, fix.cast(table.schema)])
+    return in_order(name, table), count
 
 
 def analyse(
@@ -135,6 +148,7 @@ def analyse(
     the signatures (with the fix-first one) whose ids signature_ids lists. `save`: first write the records
     there (Parquet, from the executors), with those kept in `history` (a previous run's `save`) when given,
     and analyse what was written: every dead letter of both (--since-last)."""
+    import pyarrow.compute as pc
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -184,8 +198,7 @@ def analyse(
             step(name.replace("_", " "))
             t = time.monotonic()
             frames[name] = frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-            counts[name] = frame.count()  # computes and caches it whole; the view reads the cache
-            tables[name] = view(name, frame, top=top, keys=keys)
+            tables[name], counts[name] = view(name, frame, top=top, keys=keys)  # computes and caches it
             timings[f"{name}_s"] = time.monotonic() - t  # each table's share of the aggregates
 
         for name in ("signatures", *(n for n in built if n not in ("signatures", *OF_SIGNATURES))):
@@ -195,8 +208,20 @@ def analyse(
             collect(name, built[name], shown)
         top_keys = trends.redrive_keys(in_order("signatures", tables["signatures"]).to_pylist(), top)
         collect("signature_ids", analysis.signature_ids(enriched, top_keys))
-        totals = frames["by_source"].agg(F.sum("messages"), F.min("first_ms"), F.max("last_ms")).first()
-        not_ok = frames["quality"].where(F.col("bucket") != "ok").agg(F.sum("messages")).first()
+        # from the views when they hold the whole tables (no job), else in Spark
+        totals: Any
+        not_ok: Any
+        if counts["by_source"] <= SHOWN:
+            got = tables["by_source"]
+            totals = (pc.sum(got["messages"]).as_py(), pc.min(got["first_ms"]).as_py(),
+                      pc.max(got["last_ms"]).as_py())  # fmt: skip
+        else:
+            totals = frames["by_source"].agg(F.sum("messages"), F.min("first_ms"), F.max("last_ms")).first()
+        if counts["quality"] <= SHOWN:
+            got = tables["quality"]
+            not_ok = (pc.sum(pc.filter(got["messages"], pc.not_equal(got["bucket"], "ok"))).as_py(),)
+        else:
+            not_ok = frames["quality"].where(F.col("bucket") != "ok").agg(F.sum("messages")).first()
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
         if keep:
             step("writing the messages")

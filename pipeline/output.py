@@ -49,9 +49,8 @@ def write(
     # cached: written twice and viewed, and its join must not read a run that finish() may remove
     sigs = trends.with_status(computed.drop("status"), before, insights.last_ms)
     insights.frames["signatures"] = sigs = sigs.persist(StorageLevel.MEMORY_AND_DISK)
-    sigs.count()
+    insights.tables["signatures"], _ = view("signatures", sigs, top=insights.top)  # computes and caches it
     computed.unpersist()
-    insights.tables["signatures"] = view("signatures", sigs, top=insights.top)
     now = datetime.now(tz=UTC)
     run = trends.start(files, uri, now.strftime("%Y%m%dT%H%M%S.%fZ"))
     started = time.monotonic()

@@ -85,24 +85,25 @@ def test_an_out_hadoop_cannot_open_is_named(
     assert "nosuch" in err.split("--out nosuch://bucket/x", 1)[1]
 
 
+@pytest.mark.parametrize("shown", [2, 1_000])  # tables larger than the view, and tables it holds whole
 def test_only_each_tables_view_comes_to_the_driver(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: int
 ) -> None:
     records, _ = corpus.generate(per_cause=4)
-    monkeypatch.setattr(aggregate, "SHOWN", 2)
+    monkeypatch.setattr(aggregate, "SHOWN", shown)
     insights = aggregate.analyse(spark, spark.createDataFrame(records, DDL), top=3)
     expected = purepython.analyse(records, top=3)
     assert insights.counts == {name: len(expected[name]) for name in TABLES}
     sigs = insights.shown("signatures")
     assert sigs[:3] == expected["signatures"][:3]
     assert len(sigs) <= 4  # the top 3 and the fix-first one
-    shown = {(s["project"], s["signature"]) for s in sigs}
+    viewed = {(s["project"], s["signature"]) for s in sigs}
     for name in ("signature_fields", "signature_rate"):
-        assert insights.shown(name) == [r for r in expected[name] if (r["project"], r["signature"]) in shown]
+        assert insights.shown(name) == [r for r in expected[name] if (r["project"], r["signature"]) in viewed]
     for name in ("consumers", "repeat_offenders"):
         assert insights.shown(name) == expected[name][:3]
     for name in ("by_source", "rate", "claim_counts", "time_to_death", "rejections", "quality"):
-        assert insights.shown(name) == expected[name][:2], name
+        assert insights.shown(name) == expected[name][:shown], name
     assert insights.analysed == sum(r["messages"] for r in expected["by_source"])
     output.write(insights, tmp_path, top=3)
     assert job_tables(tmp_path) == expected  # written whole by Spark
