@@ -140,7 +140,7 @@ def run_insights(args: argparse.Namespace) -> int:
     # Spark and Hadoop are given URIs, never a path the cluster's default filesystem would resolve
     out = hadoop.location(args.out)
     local_out = hadoop.local(out)
-    log = (local_out or spark.own_directory()) / ("spark.log" if local_out else "insights-spark.log")
+    log = local_out / "spark.log" if local_out else None  # else in this user's directory, made below
 
     def say(text: str) -> None:
         if not args.quiet:
@@ -163,7 +163,11 @@ def run_insights(args: argparse.Namespace) -> int:
                 )
             extents = load.dead_letter_queues(store, args.project, args.queues)
         if local_out is not None:
-            local_out.mkdir(parents=True, exist_ok=True)
+            try:
+                local_out.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InsightsError(f"--out {out}: {e.strerror}") from None
+        log = log or spark.own_directory() / "insights-spark.log"
         started = time.monotonic()
         with spark.jvm_output(log):
             session = spark.session(args.master)
@@ -223,25 +227,27 @@ def run_insights(args: argparse.Namespace) -> int:
             )
             insights.timings["session_s"] = round(session_s, 3)
             progress.step("writing the tables and the report")
-            output.write(
-                insights,
-                out,
-                top=args.top,
-                scope=scope,
-                before=before,
-                keep_runs=args.keep_runs,
-                markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
-                since_last=since is not None,
-                records=save,
-                max_body_bytes=args.max_body_bytes,
-            )
+            try:
+                output.write(
+                    insights,
+                    out,
+                    top=args.top,
+                    scope=scope,
+                    before=before,
+                    keep_runs=args.keep_runs,
+                    markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
+                    since_last=since is not None,
+                    records=save,
+                    max_body_bytes=args.max_body_bytes,
+                )
+            finally:
+                insights.release()
             progress.step("")
-            insights.release()
     except InsightsError as e:
         _say("insights", str(e))
         return _exit_code(e)
     except Exception as e:  # a Spark failure: one line, the rest is in spark.log
-        where = "spark-submit's output" if spark.submitted() else log
+        where = "spark-submit's output" if spark.submitted() else log or "the JVM's output"
         _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {where})")
         return EXIT_FAILED
     finally:  # the records a run that did not finish began to keep (a finished one moved them into its run)

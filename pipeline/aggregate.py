@@ -5,7 +5,7 @@ signatures, consumers and offenders, at most SHOWN rows of the others) with each
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,11 @@ MAX_SHUFFLE_PARTITIONS = 2_000
 SPARK_DEFAULT = "200"  # spark.sql.shuffle.partitions when nobody set it (or set it to 200)
 SHOWN = 1_000  # rows of a table (beyond the top signatures and offenders) that come to the driver
 TOP = ("signatures", "consumers", "repeat_offenders")  # their view: the `top` first rows
-OF_SIGNATURES = ("signature_fields", "signature_rate")  # their view: the rows of the viewed signatures
+SIGNATURE = ("project", "signature")
+GROUP = ("project", "source_queue", "reason")
+# their view: the rows of given keys (the viewed signatures; the groups the report has a card for)
+KEYED = {"signature_fields": SIGNATURE, "signature_rate": SIGNATURE, "claim_counts": GROUP,
+         "time_to_death": GROUP}  # fmt: skip
 
 
 def shuffle_partitions(rows: int, cores: int) -> int:
@@ -51,7 +55,7 @@ class Insights:
     last_ms: int
     analysed: int = 0  # the messages with provenance (by_source's sum), the first and last of their deaths
     analysed_ms: tuple[int | None, int | None] = (None, None)
-    not_ok: int = 0  # the messages not analysed by body (quality's buckets other than ok)
+    not_ok: dict[str, int] = field(default_factory=dict)  # per quality bucket other than ok, its messages
     top: int = 15
     timings: dict[str, float] = field(default_factory=dict)
     shuffle_partitions: int | None = None  # what the aggregates ran with, when set from the data
@@ -83,51 +87,91 @@ FIX_FIRST = [("recent", "descending"), ("messages", "descending"), ("project", "
              ("signature", "ascending")]  # fmt: skip
 
 
-def view(
-    name: str, frame: DataFrame, *, top: int, keys: list[tuple[str, str]] | None = None
-) -> tuple[pa.Table, int]:
-    """What of a table comes to the driver, and its row count: the signatures' `top` in their order with the
-    fix-first one (trends.fix_first), the `top` consumers and offenders, of signature_fields and
-    signature_rate the rows of `keys` (the viewed signatures), of the rest the first SHOWN rows; sorted as
-    analysis.ORDER says. One job when the table has at most SHOWN rows (the first SHOWN + 1 are collected and
-    the view cut from them), a few more for a larger one."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _ordered(order: list[tuple[str, str]]) -> list[Any]:
     from pyspark.sql import functions as F
 
-    from pipeline import analysis
+    return [
+        F.col(c).asc_nulls_first() if how == "ascending" else F.col(c).desc_nulls_first() for c, how in order
+    ]
 
-    def ordered(order: list[tuple[str, str]]) -> list[Any]:
-        return [
-            F.col(c).asc_nulls_first() if how == "ascending" else F.col(c).desc_nulls_first()
-            for c, how in order
-        ]
+
+def of_keys(
+    name: str, frame: DataFrame, columns: tuple[str, ...], keys: Iterable[tuple[Any, ...]]
+) -> pa.Table:
+    """The table's rows whose `columns` are one of `keys` (a broadcast semi-join), in its order."""
+    from pyspark.sql import functions as F
+
+    schema = ", ".join(f"{c} string" for c in columns)
+    asked = frame.sparkSession.createDataFrame(list(keys), schema)
+    return in_order(name, frame.join(F.broadcast(asked), list(columns), "left_semi").toArrow())
+
+
+def _filtered(table: pa.Table, columns: tuple[str, ...], keys: Iterable[tuple[Any, ...]]) -> pa.Table:
+    import pyarrow as pa
+
+    wanted = set(keys)
+    rows = table.select(list(columns)).to_pylist()
+    return table.filter(pa.array([tuple(r[c] for c in columns) in wanted for r in rows], pa.bool_()))
+
+
+def view(
+    name: str, frame: DataFrame, *, top: int, keys: Iterable[tuple[Any, ...]] = ()
+) -> tuple[pa.Table, int]:
+    """What of a table comes to the driver, and its row count: the signatures' `top` in their order with the
+    fix-first one (trends.fix_first), the `top` consumers and offenders; of the KEYED tables the rows of
+    `keys`; signature_ids whole (it holds only the signatures redrive requests are made for); of the rate,
+    the report chart's series (the biggest groups) with the rest summed per bucket as one row with a null
+    project; of the rest the first SHOWN rows; sorted as analysis.ORDER says. One job when the table has at
+    most SHOWN rows (the first SHOWN + 1 are collected and the view cut from them), a few more when larger."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from pipeline import analysis, report
 
     def first(order: list[tuple[str, str]], n: int) -> pa.Table:
-        return in_order(name, frame.orderBy(*ordered(order)).limit(n).toArrow())
+        return in_order(name, frame.orderBy(*_ordered(order)).limit(n).toArrow())
 
     head = first(analysis.ORDER[name], SHOWN + 1)
     whole = head.num_rows <= SHOWN
     count = head.num_rows if whole else frame.count()
-    if name in OF_SIGNATURES:
-        assert keys is not None
-        if whole:
-            wanted = pa.array([f"{p}\0{s}" for p, s in keys], pa.string())
-            key = pc.binary_join_element_wise(head["project"], head["signature"], "\0")
-            return head.filter(pc.is_in(key, value_set=wanted)), count
-        asked = frame.sparkSession.createDataFrame(keys, "project string, signature string")
-        of_keys = frame.join(F.broadcast(asked), ["project", "signature"], "left_semi")
-        return in_order(name, of_keys.toArrow()), count
+    if whole and name not in TOP:
+        return (_filtered(head, KEYED[name], keys) if name in KEYED else head), count
+    if name in KEYED:
+        return of_keys(name, frame, KEYED[name], keys), count
+    if name == "signature_ids":
+        return in_order(name, frame.toArrow()), count
+    if name == "rate":
+        biggest = frame.groupBy(*GROUP).agg(F.sum("messages").alias("total"))
+        series = biggest.orderBy(F.desc("total"), *GROUP).limit(report.SERIES).collect()
+        keys = [tuple(r[c] for c in GROUP) for r in series]
+        asked = frame.sparkSession.createDataFrame(keys, ", ".join(f"{c} string" for c in GROUP))
+        rest = frame.join(F.broadcast(asked), list(GROUP), "left_anti").groupBy("bucket_ms")
+        other = rest.agg(F.sum("messages").cast("long").alias("messages"))
+        other = other.select(
+            *(F.lit(None).cast("string").alias(c) if c in GROUP else c for c in frame.columns)
+        )
+        mine = of_keys(name, frame, GROUP, keys)
+        return in_order(name, pa.concat_tables([mine, other.toArrow().cast(mine.schema)])), count
     if name not in TOP:
         return head.slice(0, SHOWN), count
     table = head.slice(0, top)
     if name == "signatures":
         best = in_order(name, head).sort_by([(c, h, "at_start") for c, h in FIX_FIRST]).slice(0, 1)
         fix = best if whole else first(FIX_FIRST, 1)
-        shown = set(zip(table["project"].to_pylist(), table["signature"].to_pylist(), strict=True))
-        if fix.num_rows and (fix["project"][0].as_py(), fix["signature"][0].as_py()) not in shown:
+        if fix.num_rows and not _filtered(table, SIGNATURE, _keys(fix, SIGNATURE)).num_rows:
             table = pa.concat_tables([table, fix.cast(table.schema)])
     return in_order(name, table), count
+
+
+def carded(by_source: pa.Table) -> list[tuple[Any, ...]]:
+    """The groups the report has a card for (report.GROUP_CARDS): the first in by_source's order."""
+    from pipeline import report
+
+    return list(dict.fromkeys(_keys(by_source, GROUP)))[: report.GROUP_CARDS]
+
+
+def _keys(table: pa.Table, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    return [tuple(r[c] for c in columns) for r in table.select(list(columns)).to_pylist()]
 
 
 def analyse(
@@ -148,6 +192,7 @@ def analyse(
     the signatures (with the fix-first one) whose ids signature_ids lists. `save`: first write the records
     there (Parquet, from the executors), with those kept in `history` (a previous run's `save`) when given,
     and analyse what was written: every dead letter of both (--since-last)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -194,34 +239,46 @@ def analyse(
         }
         tables, counts = {}, {}
 
-        def collect(name: str, frame: DataFrame, keys: list[tuple[str, str]] | None = None) -> None:
+        def collect(name: str, frame: DataFrame, keys: Iterable[tuple[Any, ...]] = ()) -> None:
             step(name.replace("_", " "))
             t = time.monotonic()
             frames[name] = frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
             tables[name], counts[name] = view(name, frame, top=top, keys=keys)  # computes and caches it
             timings[f"{name}_s"] = time.monotonic() - t  # each table's share of the aggregates
 
-        for name in ("signatures", *(n for n in built if n not in ("signatures", *OF_SIGNATURES))):
+        for name in ("signatures", *(n for n in built if n != "signatures" and n not in KEYED)):
             collect(name, built[name])
-        shown = [(r["project"], r["signature"]) for r in tables["signatures"].to_pylist()]
-        for name in OF_SIGNATURES:
-            collect(name, built[name], shown)
-        top_keys = trends.redrive_keys(in_order("signatures", tables["signatures"]).to_pylist(), top)
+        top_keys = trends.redrive_keys(tables["signatures"].to_pylist(), top)  # before the consumers' below
+        # the signatures the consumers' view names as their commonest, for their text in the report
+        named = {(r["project"], r["top_signature"]) for r in tables["consumers"].to_pylist()}
+        named -= set(_keys(tables["signatures"], SIGNATURE))
+        if named:
+            more = of_keys("signatures", frames["signatures"], SIGNATURE, named)
+            tables["signatures"] = in_order("signatures", pa.concat_tables([tables["signatures"], more]))
+        for name, columns in KEYED.items():
+            wanted = (
+                _keys(tables["signatures"], SIGNATURE)
+                if columns == SIGNATURE
+                else carded(tables["by_source"])
+            )
+            collect(name, built[name], wanted)
         collect("signature_ids", analysis.signature_ids(enriched, top_keys))
         # from the views when they hold the whole tables (no job), else in Spark
         totals: Any
-        not_ok: Any
         if counts["by_source"] <= SHOWN:
             got = tables["by_source"]
             totals = (pc.sum(got["messages"]).as_py(), pc.min(got["first_ms"]).as_py(),
                       pc.max(got["last_ms"]).as_py())  # fmt: skip
         else:
             totals = frames["by_source"].agg(F.sum("messages"), F.min("first_ms"), F.max("last_ms")).first()
+        not_ok: dict[str, int] = {}
         if counts["quality"] <= SHOWN:
-            got = tables["quality"]
-            not_ok = (pc.sum(pc.filter(got["messages"], pc.not_equal(got["bucket"], "ok"))).as_py(),)
+            for q in tables["quality"].to_pylist():
+                not_ok[q["bucket"]] = not_ok.get(q["bucket"], 0) + q["messages"]
         else:
-            not_ok = frames["quality"].where(F.col("bucket") != "ok").agg(F.sum("messages")).first()
+            bad = frames["quality"].groupBy("bucket").agg(F.sum("messages").alias("messages")).collect()
+            not_ok = {r["bucket"]: int(r["messages"]) for r in bad}
+        not_ok.pop("ok", None)
         timings["aggregate_s"] = time.monotonic() - started - timings["read_s"]
         if keep:
             step("writing the messages")
@@ -245,7 +302,7 @@ def analyse(
         last_ms=last_ms or 0,
         analysed=int((totals[0] if totals else None) or 0),
         analysed_ms=(totals[1], totals[2]) if totals else (None, None),
-        not_ok=int((not_ok[0] if not_ok else None) or 0),
+        not_ok=dict(sorted(not_ok.items())),
         top=top,
         timings={k: round(v, 3) for k, v in timings.items()},
         shuffle_partitions=partitions,

@@ -5,11 +5,14 @@ configuration) or is written by Spark itself (the tables, `df.write`): never thr
 calls, so the same command writes to a laptop's disk and to a cluster's HDFS or object store.
 
 The files the driver writes itself are small (run.json, report.html, the redrive requests); reads are
-bounded (MAX_READ_BYTES).
+bounded (MAX_READ_BYTES). A Hadoop error (no such filesystem, permissions, credentials) is an InsightsError
+naming the URI and Hadoop's reason.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,16 +24,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MAX_READ_BYTES = 1 << 20  # a run.json read back is far smaller; a larger file there is not ours
+CHECKSUMMED_LOCAL = "org.apache.hadoop.fs.LocalFileSystem"  # a .crc beside each file, checked on read
 
 
 def location(out: str | Path) -> str:
     """`out` as a URI without a trailing slash: a URI with a scheme as given, a local path as `file:` (made
-    absolute, so Spark's default filesystem, which may be HDFS, never resolves it)."""
+    absolute, so Spark's default filesystem, which may be HDFS, never resolves it; not percent-encoded,
+    which Hadoop's Path would keep literally)."""
     text = str(out)
     scheme = urlsplit(text).scheme
     if len(scheme) > 1:  # a drive letter is not a scheme
         return text.rstrip("/") or text
-    return Path(text).absolute().as_uri()
+    return "file://" + str(Path(text).absolute())
 
 
 def local(uri: str) -> Path | None:
@@ -41,10 +46,6 @@ def local(uri: str) -> Path | None:
 
 def join(uri: str, *names: str) -> str:
     return "/".join([uri.rstrip("/"), *names])
-
-
-def name(uri: str) -> str:
-    return uri.rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -59,80 +60,103 @@ class Files:
     """Hadoop's FileSystem for the URIs under `root`, through the session's JVM."""
 
     def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.root = root
         jvm: Any = spark._jvm
         self._jvm = jvm
         self._conf = spark._jsc.hadoopConfiguration()
-        try:
+        with self._hadoop(root):
             self._fs = jvm.org.apache.hadoop.fs.Path(root).getFileSystem(self._conf)
-        except Exception as e:  # no FileSystem for the scheme, a bad authority: the JVM says which
-            raise InsightsError(f"--out {root}: {_reason(e)}") from None
+            # run.json, report.html and the requests are written and read past a local disk's .crc files:
+            # none beside them, and one edited by hand is still read
+            local = self._fs.getClass().getName() == CHECKSUMMED_LOCAL
+            self._text = self._fs.getRawFileSystem() if local else self._fs
+
+    @contextlib.contextmanager
+    def _hadoop(self, uri: str) -> Iterator[None]:
+        from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+        try:
+            yield
+        except Py4JJavaError as e:
+            where = "" if uri == self.root else f"{uri}: "
+            raise InsightsError(f"--out {self.root}: {where}{_reason(e)}") from None
 
     def _path(self, uri: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(uri)
 
     def exists(self, uri: str) -> bool:
-        return bool(self._fs.exists(self._path(uri)))
+        with self._hadoop(uri):
+            return bool(self._fs.exists(self._path(uri)))
 
     def is_dir(self, uri: str) -> bool:
-        path = self._path(uri)
-        return bool(self._fs.exists(path) and self._fs.getFileStatus(path).isDirectory())
+        with self._hadoop(uri):
+            path = self._path(uri)
+            return bool(self._fs.exists(path) and self._fs.getFileStatus(path).isDirectory())
 
     def children(self, uri: str) -> list[Entry]:
         """What the directory holds, by name; [] when it does not exist."""
-        path = self._path(uri)
-        if not self._fs.exists(path):
-            return []
-        found = [
-            Entry(join(uri, s.getPath().getName()), s.getPath().getName(), bool(s.isDirectory()),
-                  int(s.getModificationTime()))
-            for s in self._fs.listStatus(path)
-        ]  # fmt: skip
+        with self._hadoop(uri):
+            path = self._path(uri)
+            if not self._fs.exists(path):
+                return []
+            found = [
+                Entry(join(uri, s.getPath().getName()), s.getPath().getName(), bool(s.isDirectory()),
+                      int(s.getModificationTime()))
+                for s in self._fs.listStatus(path)
+            ]  # fmt: skip
         return sorted(found, key=lambda e: e.name)
 
+    def newest_ms(self, uri: str) -> int:
+        """When anything in the directory (or the file) last changed: an object store gives a directory no
+        time of its own."""
+        with self._hadoop(uri):
+            path = self._path(uri)
+            newest = int(self._fs.getFileStatus(path).getModificationTime())
+            files = self._fs.listFiles(path, True)
+            while files.hasNext():
+                newest = max(newest, int(files.next().getModificationTime()))
+        return newest
+
     def mkdirs(self, uri: str) -> None:
-        self._fs.mkdirs(self._path(uri))
+        with self._hadoop(uri):
+            if not self._fs.mkdirs(self._path(uri)):
+                raise InsightsError(f"--out {self.root}: cannot make the directory {uri}")
 
     def read_text(self, uri: str) -> str | None:
-        """The file's text (UTF-8), None when it is missing, a directory, larger than MAX_READ_BYTES or
-        unreadable (on a local disk, a file changed by hand fails its checksum file's check)."""
-        from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
-
-        path = self._path(uri)
-        if not self._fs.exists(path):
-            return None
-        status = self._fs.getFileStatus(path)
-        if status.isDirectory() or status.getLen() > MAX_READ_BYTES:
-            return None
-        stream = self._fs.open(path)
-        try:
-            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
-        except Py4JJavaError:
-            return None
-        finally:
-            stream.close()
+        """The file's text (UTF-8), None when it is missing, a directory or larger than MAX_READ_BYTES."""
+        with self._hadoop(uri):
+            path = self._path(uri)
+            if not self._text.exists(path):
+                return None
+            status = self._text.getFileStatus(path)
+            if status.isDirectory() or status.getLen() > MAX_READ_BYTES:
+                return None
+            stream = self._text.open(path)
+            try:
+                data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+            finally:
+                stream.close()
         return bytes(data).decode("utf-8", errors="replace")
 
     def write_text(self, uri: str, text: str) -> None:
         """The file written whole (replaced if there), its parent directories made."""
-        stream = self._fs.create(self._path(uri), True)
-        try:
-            stream.write(bytearray(text.encode("utf-8")))
-        finally:
-            stream.close()
+        with self._hadoop(uri):
+            stream = self._text.create(self._path(uri), True)
+            try:
+                stream.write(bytearray(text.encode("utf-8")))
+            finally:
+                stream.close()
 
     def delete(self, uri: str) -> None:
         """The file or directory (with what it holds) removed; nothing when it is not there."""
-        self._fs.delete(self._path(uri), True)
+        with self._hadoop(uri):
+            self._fs.delete(self._path(uri), True)
 
-    def rename(self, source: str, target: str) -> bool:
-        return bool(self._fs.rename(self._path(source), self._path(target)))
-
-    def copy(self, source: str, target: str) -> None:
-        """A file or directory copied to `target` (what was there first removed)."""
-        self.delete(target)
-        self._jvm.org.apache.hadoop.fs.FileUtil.copy(
-            self._fs, self._path(source), self._fs, self._path(target), False, self._conf
-        )
+    def rename(self, source: str, target: str) -> None:
+        with self._hadoop(source):
+            if not self._fs.rename(self._path(source), self._path(target)):
+                raise InsightsError(f"--out {self.root}: cannot move {source} to {target}")
 
 
 def _reason(e: BaseException) -> str:

@@ -38,7 +38,7 @@ def write(
     go on from; `max_body_bytes`: the run's --max-body-bytes (report.html offers a redrive by signature only
     at the default). Every file goes through Hadoop's FileSystem (hadoop.Files), none through Python's."""
     from pipeline import report
-    from pipeline.aggregate import view
+    from pipeline.aggregate import SIGNATURE, of_keys
 
     uri = hadoop.location(out)
     spark = insights.frames["signatures"].sparkSession
@@ -49,7 +49,8 @@ def write(
     # cached: written twice and viewed, and its join must not read a run that finish() may remove
     sigs = trends.with_status(computed.drop("status"), before, insights.last_ms)
     insights.frames["signatures"] = sigs = sigs.persist(StorageLevel.MEMORY_AND_DISK)
-    insights.tables["signatures"], _ = view("signatures", sigs, top=insights.top)  # computes and caches it
+    viewed = [(r["project"], r["signature"]) for r in insights.shown("signatures")]
+    insights.tables["signatures"] = of_keys("signatures", sigs, SIGNATURE, viewed)  # and caches it whole
     computed.unpersist()
     now = datetime.now(tz=UTC)
     run = trends.start(files, uri, now.strftime("%Y%m%dT%H%M%S.%fZ"))
@@ -85,7 +86,7 @@ def write(
         "rows": insights.counts,  # each table's
     }
     if records is not None:
-        files.rename(records, hadoop.join(run, trends.RECORDS))
+        files.rename(records, hadoop.join(run, trends.RECORDS))  # an InsightsError if it cannot
     trends.finish(files, run, meta, keep_runs)
 
 
@@ -106,7 +107,7 @@ def summary(insights: Insights, out: str | Path, *, top: int) -> str:
     sigs = insights.shown("signatures")
     if sigs:
         lines += ["", f"  top failure signatures ({insights.counts['signatures']:,} in all):"]
-        for s in sigs[:top]:
+        for s in sigs[: min(top, insights.top)]:  # the view's rows past --top are others' (fix-first, ...)
             lines.append(f"  {s['messages']:>9,}  {(s['error'] or untitled(s))[:80]:<80}  {s['signature']}")
     offenders = insights.shown("repeat_offenders")
     if offenders:
@@ -116,10 +117,7 @@ def summary(insights: Insights, out: str | Path, *, top: int) -> str:
             f"  repeat offenders: {insights.counts['repeat_offenders']:,} bodies dead-lettered more than "
             f"once (worst: {worst['messages']}x, {worst['preview'][:50]})",
         ]
-    bad: dict[str, int] = {}
-    for q in insights.shown("quality"):
-        if q["bucket"] != "ok":
-            bad[q["bucket"]] = bad.get(q["bucket"], 0) + q["messages"]
-    if bad:
-        lines += ["", "  not analysed by body: " + ", ".join(f"{k} {v:,}" for k, v in sorted(bad.items()))]
+    if insights.not_ok:
+        bad = ", ".join(f"{k} {v:,}" for k, v in insights.not_ok.items())
+        lines += ["", f"  not analysed by body: {bad}"]
     return "\n".join(lines)

@@ -99,7 +99,7 @@ def html(
         _kpi(f"{counts['by_source']:,}", "source queue / reason pairs"),
         _kpi(f"{counts['signatures']:,}", "failure signatures"),
         _kpi(f"{counts['repeat_offenders']:,}", "repeat offenders"),
-        _kpi(f"{insights.not_ok:,}", "not analysed by body"),
+        _kpi(f"{sum(insights.not_ok.values()):,}", "not analysed by body"),
         "</div>",
         _fix_first(trends.fix_first(sigs), fields, chart, window, redrives),
         "<h2>Per source queue and reason</h2>",
@@ -201,11 +201,12 @@ def _rate_chart(rows: list[dict[str, Any]], width_s: int) -> str:
         return "<p class=muted>none</p>"
     totals: dict[tuple[str, str, str], int] = defaultdict(int)
     for r in rows:
-        totals[(r["project"], r["source_queue"], r["reason"])] += r["messages"]
+        if r["project"] is not None:  # a null project: the rest of a partial view, summed (aggregate.view)
+            totals[(r["project"], r["source_queue"], r["reason"])] += r["messages"]
     biggest = sorted(totals, key=lambda k: (-totals[k], k))
     series = {k: i for i, k in enumerate(biggest[:SERIES])}
     width_ms = width_s * 1000
-    start, end = rows[0]["bucket_ms"], max(r["bucket_ms"] for r in rows)
+    start, end = min(r["bucket_ms"] for r in rows), max(r["bucket_ms"] for r in rows)
     n = (end - start) // width_ms + 1
     stacks = [[0] * (SERIES + 1) for _ in range(n)]
     for r in rows:
@@ -241,7 +242,7 @@ def _rate_chart(rows: list[dict[str, Any]], width_s: int) -> str:
         out.append(
             f"<span><i style='background:{PALETTE[j]}'></i>{escape(k[0])}/{escape(k[1])} &middot; {escape(k[2])}</span>"
         )
-    if len(biggest) > SERIES:
+    if len(biggest) > SERIES or any(r["project"] is None for r in rows):
         out.append(f"<span><i style='background:{PALETTE[SERIES]}'></i>other</span>")
     out.append("</div>")
     return "".join(out)

@@ -75,7 +75,7 @@ def previous(
         kept = files.is_dir(records)
         if meta is None or meta["scope"] != this_scope or (with_records and not kept):
             continue
-        if not files.exists(hadoop.join(entry.uri, "tables", "signatures.parquet")):  # gone, or not ours
+        if not _readable(files, hadoop.join(entry.uri, "tables", "signatures.parquet")):  # gone, or not ours
             continue
         markers = {}
         for m in meta.get("markers") or []:
@@ -86,6 +86,15 @@ def previous(
             records if kept else None,
         )  # fmt: skip
     return None
+
+
+def _readable(files: hadoop.Files, table: str) -> bool:
+    """Whether Spark reads the columns with_status needs from a run's signatures table."""
+    try:
+        files.spark.read.parquet(table).select("project", "signature", "messages").schema  # noqa: B018
+    except Exception:  # missing, unreadable or another layout: a run this one does not compare with
+        return False
+    return True
 
 
 def with_status(signatures: DataFrame, before: Run | None, last_ms: int) -> DataFrame:
@@ -151,7 +160,8 @@ def finish(files: hadoop.Files, run: str, meta: Mapping[str, Any], keep_runs: in
             mine.append(other.uri)
     stale = (time.time() - STALE_S) * 1000
     kept = [p for p in mine if files.is_dir(hadoop.join(p, RECORDS))][-1:]
-    old = [p for p in mine[:-keep_runs] if p not in kept] + [e.uri for e in cut_off if e.modified_ms < stale]
+    old = [p for p in mine[:-keep_runs] if p not in kept]
+    old += [e.uri for e in cut_off if files.newest_ms(e.uri) < stale]
     for path in old:
         files.delete(path)
     if kept == [run]:
