@@ -242,7 +242,8 @@ def analyse(
         def collect(name: str, frame: DataFrame, keys: Iterable[tuple[Any, ...]] = ()) -> None:
             step(name.replace("_", " "))
             t = time.monotonic()
-            frames[name] = frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            # on disk, off the heap: small, read back for the view and the writes only
+            frames[name] = frame = frame.persist(StorageLevel.DISK_ONLY)
             tables[name], counts[name] = view(name, frame, top=top, keys=keys)  # computes and caches it
             timings[f"{name}_s"] = time.monotonic() - t  # each table's share of the aggregates
 

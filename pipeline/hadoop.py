@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MAX_READ_BYTES = 1 << 20  # a run.json read back is far smaller; a larger file there is not ours
-CHECKSUMMED_LOCAL = "org.apache.hadoop.fs.LocalFileSystem"  # a .crc beside each file, checked on read
+RAW_LOCAL = "org.apache.hadoop.fs.RawLocalFileSystem"  # file: without the .crc beside each file
 
 
 def location(out: str | Path) -> str:
@@ -67,10 +67,17 @@ class Files:
         self._conf = spark._jsc.hadoopConfiguration()
         with self._hadoop(root):
             self._fs = jvm.org.apache.hadoop.fs.Path(root).getFileSystem(self._conf)
-            # run.json, report.html and the requests are written and read past a local disk's .crc files:
-            # none beside them, and one edited by hand is still read
-            local = self._fs.getClass().getName() == CHECKSUMMED_LOCAL
-            self._text = self._fs.getRawFileSystem() if local else self._fs
+            # run.json, report.html and the requests are written and read past a local disk's .crc files
+            # (none beside them, and one edited by hand is still read): file:'s filesystem (Hadoop's
+            # LocalFileSystem, or Hive's wrapper of it, as Spark has it) unwrapped to the raw one
+            self._text = self._fs
+            if self._fs.getScheme() == "file":
+                for _ in range(3):
+                    if self._text.getClass().getName() == RAW_LOCAL:
+                        break
+                    self._text = self._text.getRawFileSystem()
+                else:
+                    self._text = self._fs
 
     @contextlib.contextmanager
     def _hadoop(self, uri: str) -> Iterator[None]:

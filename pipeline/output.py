@@ -37,28 +37,26 @@ def write(
     --since-last run kept (aggregate.analyse's `save`), moved into the run's directory for the next one to
     go on from; `max_body_bytes`: the run's --max-body-bytes (report.html offers a redrive by signature only
     at the default). Every file goes through Hadoop's FileSystem (hadoop.Files), none through Python's."""
+    from pyspark import StorageLevel
+
     from pipeline import report
     from pipeline.aggregate import SIGNATURE, of_keys
 
+    started = time.monotonic()
     uri = hadoop.location(out)
-    spark = insights.frames["signatures"].sparkSession
-    files = hadoop.Files(spark, uri)
-    from pyspark import StorageLevel
-
+    files = hadoop.Files(insights.frames["signatures"].sparkSession, uri)
     computed = insights.frames["signatures"]
     # cached: written twice and viewed, and its join must not read a run that finish() may remove
     sigs = trends.with_status(computed.drop("status"), before, insights.last_ms)
-    insights.frames["signatures"] = sigs = sigs.persist(StorageLevel.MEMORY_AND_DISK)
+    insights.frames["signatures"] = sigs = sigs.persist(StorageLevel.DISK_ONLY)
     viewed = [(r["project"], r["signature"]) for r in insights.shown("signatures")]
     insights.tables["signatures"] = of_keys("signatures", sigs, SIGNATURE, viewed)  # and caches it whole
     computed.unpersist()
     now = datetime.now(tz=UTC)
     run = trends.start(files, uri, now.strftime("%Y%m%dT%H%M%S.%fZ"))
-    started = time.monotonic()
     for name, frame in insights.frames.items():
         for where in (hadoop.join(run, "tables"), hadoop.join(uri, "tables")):
             frame.write.mode("overwrite").parquet(hadoop.join(where, f"{name}.parquet"))
-    insights.timings["write_s"] = round(time.monotonic() - started, 3)
     files.delete(hadoop.join(uri, "redrive"))  # the previous run's requests
     for r in insights.shown("signature_ids"):
         request = report.redrive_request(r)
@@ -88,6 +86,7 @@ def write(
     if records is not None:
         files.rename(records, hadoop.join(run, trends.RECORDS))  # an InsightsError if it cannot
     trends.finish(files, run, meta, keep_runs)
+    insights.timings["write_s"] = round(time.monotonic() - started, 3)  # the status join, writes, report
 
 
 def summary(insights: Insights, out: str | Path, *, top: int) -> str:

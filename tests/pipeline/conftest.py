@@ -61,6 +61,16 @@ def spark() -> Iterator[SparkSession]:
     spark.stop()
 
 
+@pytest.fixture(autouse=True)
+def _uncache() -> Iterator[None]:
+    """Each test's cached tables dropped after it (aggregate.analyse caches them until release(), which a
+    test keeping its Insights does not call): the session's executor is the driver's 1 GiB heap."""
+    yield
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.catalog.clearCache()
+
+
 @dataclass
 class DeadLetters:
     store: DeadLetterStore  # where the pipeline reads them
