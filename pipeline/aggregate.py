@@ -95,15 +95,21 @@ def _ordered(order: list[tuple[str, str]]) -> list[Any]:
     ]
 
 
+def _joined(
+    frame: DataFrame, columns: tuple[str, ...], keys: Iterable[tuple[Any, ...]], how: str
+) -> DataFrame:
+    """The frame joined (`how`: left_semi, left_anti) with `keys` of its `columns`, broadcast."""
+    from pyspark.sql import functions as F
+
+    asked = frame.sparkSession.createDataFrame(list(keys), ", ".join(f"{c} string" for c in columns))
+    return frame.join(F.broadcast(asked), list(columns), how)
+
+
 def of_keys(
     name: str, frame: DataFrame, columns: tuple[str, ...], keys: Iterable[tuple[Any, ...]]
 ) -> pa.Table:
     """The table's rows whose `columns` are one of `keys` (a broadcast semi-join), in its order."""
-    from pyspark.sql import functions as F
-
-    schema = ", ".join(f"{c} string" for c in columns)
-    asked = frame.sparkSession.createDataFrame(list(keys), schema)
-    return in_order(name, frame.join(F.broadcast(asked), list(columns), "left_semi").toArrow())
+    return in_order(name, _joined(frame, columns, keys, "left_semi").toArrow())
 
 
 def _filtered(table: pa.Table, columns: tuple[str, ...], keys: Iterable[tuple[Any, ...]]) -> pa.Table:
@@ -144,8 +150,7 @@ def view(
         biggest = frame.groupBy(*GROUP).agg(F.sum("messages").alias("total"))
         series = biggest.orderBy(F.desc("total"), *GROUP).limit(report.SERIES).collect()
         keys = [tuple(r[c] for c in GROUP) for r in series]
-        asked = frame.sparkSession.createDataFrame(keys, ", ".join(f"{c} string" for c in GROUP))
-        rest = frame.join(F.broadcast(asked), list(GROUP), "left_anti").groupBy("bucket_ms")
+        rest = _joined(frame, GROUP, keys, "left_anti").groupBy("bucket_ms")
         other = rest.agg(F.sum("messages").cast("long").alias("messages"))
         other = other.select(
             *(F.lit(None).cast("string").alias(c) if c in GROUP else c for c in frame.columns)
@@ -156,7 +161,7 @@ def view(
         return head.slice(0, SHOWN), count
     table = head.slice(0, top)
     if name == "signatures":
-        best = in_order(name, head).sort_by([(c, h, "at_start") for c, h in FIX_FIRST]).slice(0, 1)
+        best = head.sort_by([(c, h, "at_start") for c, h in FIX_FIRST]).slice(0, 1)
         fix = best if whole else first(FIX_FIRST, 1)
         if fix.num_rows and not _filtered(table, SIGNATURE, _keys(fix, SIGNATURE)).num_rows:
             table = pa.concat_tables([table, fix.cast(table.schema)])

@@ -43,7 +43,12 @@ class Run:
 
     @property
     def signatures(self) -> str:
-        return hadoop.join(self.path, "tables", "signatures.parquet")
+        return signatures_of(self.path)
+
+
+def signatures_of(run: str) -> str:
+    """A run directory's signatures table."""
+    return hadoop.join(run, "tables", "signatures.parquet")
 
 
 def scope(project: str | None, queues: Iterable[str] | None) -> dict[str, Any]:
@@ -75,7 +80,7 @@ def previous(
         kept = files.is_dir(records)
         if meta is None or meta["scope"] != this_scope or (with_records and not kept):
             continue
-        if not _readable(files, hadoop.join(entry.uri, "tables", "signatures.parquet")):  # gone, or not ours
+        if not _readable(files, signatures_of(entry.uri)):  # gone, or not ours
             continue
         markers = {}
         for m in meta.get("markers") or []:
