@@ -134,7 +134,7 @@ def enrich(records: DataFrame) -> DataFrame:
         .withColumn("schema", F.schema_of_variant("v"))
         .withColumn("bucket", bucket)
         .withColumn("canonical", F.when(ok, F.to_json("v")))
-        .withColumn("error", error_text(F.when(ok, F.col("v"))))
+        .transform(with_normalised, "error", error_text(F.when(ok, F.col("v"))))
         .select(
             "project",
             "queue",
@@ -170,17 +170,21 @@ def shape(v: Column) -> Column:
     return numbers_as_number(F.schema_of_variant(v))
 
 
-def normalise(text: Column) -> Column:
-    text = F.substring(text, 1, MAX_RAW_ERROR_CHARS)
+def with_normalised(frame: DataFrame, name: str, text: Column) -> DataFrame:
+    """`frame` with a column `name`: `text` normalised as core.signatures.normalise does (MASKS), null when
+    nothing is left. The masked text is a projection of its own: written in one expression with the check for
+    an empty text, Spark ran the nine regular expressions twice a row (half of enrich's time)."""
+    masked = F.substring(text, 1, MAX_RAW_ERROR_CHARS)
     for pattern, replacement in MASKS:
-        text = F.regexp_replace(text, pattern, replacement)
-    text = F.substring(F.trim(text), 1, MAX_ERROR_CHARS)
-    return F.when(text != "", text)
+        masked = F.regexp_replace(masked, pattern, replacement)
+    frame = frame.withColumn(name, F.substring(F.trim(masked), 1, MAX_ERROR_CHARS))
+    return frame.withColumn(name, F.when(F.col(name) != "", F.col(name)))
 
 
 def error_text(v: Column) -> Column:
     """`v`: the body (a VARIANT), null when it is not a JSON object. An error field holding a string is taken
-    as it is; one holding an object, by its first MESSAGE_FIELDS (a path into a string is null)."""
+    as it is; one holding an object, by its first MESSAGE_FIELDS (a path into a string is null); the text
+    before normalising (with_normalised)."""
     found = [
         F.coalesce(
             *(F.try_variant_get(v, f"$.{name}.{inner}", "string") for inner in MESSAGE_FIELDS),
@@ -188,7 +192,7 @@ def error_text(v: Column) -> Column:
         )
         for name in ERROR_FIELDS
     ]
-    return normalise(F.coalesce(*found, F.col("rejection_description"), F.col("rejection_reason")))
+    return F.coalesce(*found, F.col("rejection_description"), F.col("rejection_reason"))
 
 
 def signature_of(error: Column, source_queue: Column, reason: Column) -> Column:
