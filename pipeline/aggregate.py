@@ -216,6 +216,12 @@ def analyse(
     enriched = analysis.enrich(records).persist(StorageLevel.MEMORY_AND_DISK)
     before, partitions = spark.conf.get(SHUFFLE_PARTITIONS) or SPARK_DEFAULT, None
     frames: dict[str, DataFrame] = {}
+    reread: list[DataFrame] = []  # what an aggregate reads more than once, until every table is cached
+
+    def persisted(frame: DataFrame) -> DataFrame:
+        reread.append(frame.persist(StorageLevel.DISK_ONLY))
+        return reread[-1]
+
     try:
         span = enriched.agg(F.count("*"), F.min("at_ms"), F.max("at_ms")).first()
         assert span is not None
@@ -235,7 +241,7 @@ def analyse(
             "claim_counts": analysis.claim_counts(enriched),
             "time_to_death": analysis.time_to_death(enriched),
             "signatures": analysis.signatures(enriched, recent_ms),
-            "signature_fields": analysis.signature_fields(enriched),
+            "signature_fields": analysis.signature_fields(enriched, persisted),
             "signature_rate": analysis.signature_rate(enriched, width),
             "rejections": analysis.rejections(enriched),
             "consumers": analysis.consumers(enriched),
@@ -294,7 +300,8 @@ def analyse(
             frame.unpersist()
         raise
     finally:
-        enriched.unpersist()
+        for frame in (*reread, enriched):
+            frame.unpersist()
         if partitions is not None:
             spark.conf.set(SHUFFLE_PARTITIONS, before)
     step("")

@@ -163,6 +163,8 @@ def test_only_each_tables_view_comes_to_the_driver(
     assert f"(top 3 of {len(expected['signatures'])})" in page
     assert hadoop.local(hadoop.location(out)) == out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["an out dir"]
+    insights.release()  # every cache the job made is gone (its tables', and what an aggregate re-read)
+    assert spark.sparkContext._jsc.getPersistentRDDs().isEmpty()
 
 
 @pytest.mark.parametrize("where", ["local", "hadoop"])
