@@ -210,9 +210,11 @@ def compared(
     return same, worst
 
 
-def spark_run(url: str, namespace: str, master: str) -> dict[str, Any]:
+def spark_run(url: str, namespace: str, master: str, alternate: int = 0) -> dict[str, Any]:
     """In this process: start a session on `master`, run the job twice (the analysis, then the outputs
-    written as `charon insights` writes them, into a temporary directory); timings and the tables."""
+    written as `charon insights` writes them, into a temporary directory); timings and the tables. Then
+    `alternate` rounds of the pure-Python pass and the warm job, one after the other in this process, so
+    that each ratio compares two runs a minute apart on a shared machine."""
     from pipeline import aggregate, load, output, spark
 
     started = time.perf_counter()
@@ -240,6 +242,14 @@ def spark_run(url: str, namespace: str, master: str) -> dict[str, Any]:
         records = load.from_store(session, store, project=PROJECT, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
         records.write.format("noop").mode("overwrite").save()
         out[run] = time.perf_counter() - t
+    rounds = out["alternate"] = []
+    for _ in range(alternate):
+        python_s = pure_python(url, namespace)[0]["total_s"]
+        t = time.perf_counter()
+        records = load.from_store(session, store, project=PROJECT, max_body_bytes=DEFAULT_MAX_BODY_BYTES)
+        aggregate.analyse(session, records).release()
+        spark_s = time.perf_counter() - t
+        rounds.append({"python_s": python_s, "spark_s": spark_s, "ratio": python_s / spark_s})
     out["total_s"] = time.perf_counter() - started
     session.stop()
     return out
@@ -251,10 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--alternate", type=int, default=0, metavar="N",
+        help="then N rounds of the pure-Python pass and the warm local[2] job, alternating",
+    )  # fmt: skip
     parser.add_argument("--spark", nargs=3, metavar=("URL", "NAMESPACE", "MASTER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.spark:  # one Spark master, in a process of its own (see spark_run)
-        sys.stdout.write(json.dumps(spark_run(*args.spark), default=str))
+        sys.stdout.write(json.dumps(spark_run(*args.spark, alternate=args.alternate), default=str))
         return 0
     server = RedisServer().start()
     namespace = f"b{uuid.uuid4().hex[:8]}"
@@ -266,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         for master in ("local[1]", "local[2]"):
             t = time.perf_counter()
             done = subprocess.run(
-                [sys.executable, "-m", "bench.insights", "--spark", server.url, namespace, master],
+                [sys.executable, "-m", "bench.insights", "--spark", server.url, namespace, master,
+                 "--alternate", str(args.alternate if master == "local[2]" else 0)],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             run = json.loads(done.stdout)
