@@ -55,8 +55,8 @@ def write(
     now = datetime.now(tz=UTC)
     run = trends.start(files, uri, now.strftime("%Y%m%dT%H%M%S.%fZ"))
     for name, frame in insights.frames.items():
-        for where in (hadoop.join(run, "tables"), hadoop.join(uri, "tables")):
-            frame.write.mode("overwrite").parquet(hadoop.join(where, f"{name}.parquet"))
+        for where in (run, uri):
+            frame.write.mode("overwrite").parquet(trends.table_of(where, name))
     files.delete(hadoop.join(uri, "redrive"))  # the previous run's requests
     for r in insights.shown("signature_ids"):
         request = report.redrive_request(r)

@@ -43,12 +43,12 @@ class Run:
 
     @property
     def signatures(self) -> str:
-        return signatures_of(self.path)
+        return table_of(self.path, "signatures")
 
 
-def signatures_of(run: str) -> str:
-    """A run directory's signatures table."""
-    return hadoop.join(run, "tables", "signatures.parquet")
+def table_of(where: str, name: str) -> str:
+    """Where a table is in a run's directory, and in --out (its newest copy): tables/<name>.parquet."""
+    return hadoop.join(where, "tables", f"{name}.parquet")
 
 
 def scope(project: str | None, queues: Iterable[str] | None) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def previous(
         kept = files.is_dir(records)
         if meta is None or meta["scope"] != this_scope or (with_records and not kept):
             continue
-        if not _readable(files, signatures_of(entry.uri)):  # gone, or not ours
+        if not _readable(files, table_of(entry.uri, "signatures")):  # gone, or not ours
             continue
         markers = {}
         for m in meta.get("markers") or []:
