@@ -3,13 +3,15 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+# `make run` installs only what serving needs (the project without extras); `make test` everything.
+SERVE_STAMP := $(VENV)/.serving
 # Keystone (the identity service the tests' `keystone` fixture runs, tests/keystone.py) lives in a virtualenv of
 # its own: its pinned dependencies (SQLAlchemy, oslo.*, ...) must not move ours. Only the tests use it.
 KS_VENV    := .venv-keystone
 KS_STAMP   := $(KS_VENV)/.installed
 KEYSTONE   ?= keystone==30.0.0
 
-.PHONY: install system-deps run test test-fast lint fmt typecheck openapi bench clean
+.PHONY: install system-deps redis-server java insights run test test-fast lint fmt typecheck openapi bench clean
 
 install: $(STAMP) $(KS_STAMP)
 
@@ -26,14 +28,13 @@ define apt-package
 	fi
 endef
 
-# redis-server (the embedded default store and the tests' server) comes from Debian's package; so does promtool
-# (Debian's prometheus), which checks and unit-tests deploy/prometheus/alerts.yml in the tests.
-system-deps:
+# redis-server: the embedded default store and the tests' server; the only system package serving needs.
+redis-server:
 	$(call apt-package,redis-server,command -v redis-server,or your system's package)
-	$(call apt-package,prometheus,command -v promtool,or put Prometheus' promtool on PATH)
 
 # Java 17+ for Spark 4 (charon insights and its tests): openjdk-17-jre-headless via apt when root; otherwise a
 # clear note (the service itself runs without it; `charon insights` says the same when it starts).
+java:
 	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -45,11 +46,22 @@ system-deps:
 	  fi; \
 	fi
 
+# What the tests need beside redis-server and Java: promtool (Debian's prometheus) checks and unit-tests
+# deploy/prometheus/alerts.yml; docker-compose (1.29, no daemon needed) validates docker-compose.yml's profiles.
+system-deps: redis-server java
+	$(call apt-package,prometheus,command -v promtool,or put Prometheus' promtool on PATH)
+	$(call apt-package,docker-compose,command -v docker-compose,or any Compose implementation with `config`)
+
+$(SERVE_STAMP): pyproject.toml | redis-server
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e .
+	touch $(SERVE_STAMP)
+
 $(STAMP): pyproject.toml | system-deps
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(SERVE_STAMP)
 
 # Made once (its own stamp); gunicorn serves keystone.wsgi.api in it.
 $(KS_STAMP):
@@ -58,9 +70,13 @@ $(KS_STAMP):
 	$(KS_VENV)/bin/pip install -q '$(KEYSTONE)' gunicorn
 	touch $(KS_STAMP)
 
-# The service alone: Charon's virtualenv, not Keystone's.
-run: $(STAMP)
+# The service alone: Charon's virtualenv (serving's packages only), not Keystone's.
+run: $(SERVE_STAMP)
 	$(BIN)/charon serve
+
+# `charon insights` and `charon export`: the [insights] extra (PySpark, pyarrow, pandas) and Java 17.
+insights: $(SERVE_STAMP) java
+	$(BIN)/pip install -q -e '.[insights]'
 
 # Charon against OpenStack Zaqar 23.0.1 (its own virtualenv under .bench/, made on first use) and a private
 # RabbitMQ (Debian's rabbitmq-server, installed via apt-get when root): bench/README.md

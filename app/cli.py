@@ -1,5 +1,6 @@
 """`charon serve` runs the service; `charon openapi` prints the published API as YAML; `charon insights`
-analyses dead letters with PySpark and `charon export` writes a DLQ as JSON Lines (pipeline/)."""
+analyses dead letters with PySpark and `charon export` writes a DLQ as JSON Lines (pipeline/, the
+`insights` extra: pip install 'charon-queue[insights]')."""
 
 from __future__ import annotations
 
@@ -167,14 +168,18 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         "policy", help="print the default policy rules (a policy file to start from)"
     ).set_defaults(func=policy)
-    from app import insights
+    # app/insights.py (and pipeline/ under it) is imported only when one of its commands runs: nothing on
+    # the serving path imports pipeline/ (tests/unit/test_packaging.py).
+    words = sys.argv[1:] if argv is None else argv
+    analyse = sub.add_parser("insights", help="why messages died: a PySpark job over dead letters")
+    export = sub.add_parser("export", help="a DLQ's messages as JSON Lines, with their provenance")
+    if next((w for w in words if not w.startswith("-")), None) in ("insights", "export"):
+        from app import insights
 
-    p = sub.add_parser("insights", help="why messages died: a PySpark job over dead letters (pipeline/)")
-    insights.add_insights_arguments(p)
-    p.set_defaults(func=insights.run_insights)
-    p = sub.add_parser("export", help="a DLQ's messages as JSON Lines, with their provenance")
-    insights.add_export_arguments(p)
-    p.set_defaults(func=insights.run_export)
+        insights.add_insights_arguments(analyse)
+        analyse.set_defaults(func=insights.run_insights)
+        insights.add_export_arguments(export)
+        export.set_defaults(func=insights.run_export)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

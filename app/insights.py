@@ -9,13 +9,16 @@ CHARON_NAMESPACE; --storage-uri names one store, read as it is, pooling or not (
 fail fast (the store, Java) run before Spark starts. --out is a local directory or a Hadoop URI; the tables
 (and --keep-messages, and the records --since-last keeps) are written from the executors, so on a cluster it
 must be a path every node sees (HDFS, s3a://, a shared mount).
-Exit codes: 0 done, 1 cannot run (the message says why), 2 a usage error, 3 nothing to analyse.
+Exit codes: 0 done, 1 cannot run (the message says why), 2 a usage error or the [insights] extra missing,
+3 nothing to analyse. This module imports no third-party package of the extra, so that `charon --help` and
+`charon insights --help` work without it; the commands check for it before anything else (missing_extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import sys
 import time
 import uuid
@@ -31,6 +34,20 @@ from pipeline import DEFAULT_MAX_BODY_BYTES, load, trends
 from pipeline.errors import InsightsError, NothingToAnalyse
 
 EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 1, 2, 3
+# The packages of the `insights` extra (pyproject.toml), which serving never needs.
+INSIGHTS_EXTRA = ("pyspark", "pyarrow", "pandas")
+
+
+def missing_extra(command: str) -> bool:
+    """Says, in one line, how to install the `insights` extra when one of its packages is missing."""
+    missing = [name for name in INSIGHTS_EXTRA if importlib.util.find_spec(name) is None]
+    if missing:
+        _say(
+            command,
+            f"needs the insights extra ({', '.join(missing)} not installed): "
+            "pip install 'charon-queue[insights]' (or make insights)",
+        )
+    return bool(missing)
 
 
 def _say(command: str, text: str) -> None:
@@ -134,6 +151,8 @@ def run_insights(args: argparse.Namespace) -> int:
     """The command: the store probed, Spark started, the job run, the tables and report written, then a
     summary on stdout. Progress goes to stderr, what the JVM prints to spark.log (in --out when it is a local
     directory, else in this user's temporary one)."""
+    if missing_extra("insights"):
+        return EXIT_USAGE
     from pipeline import aggregate, hadoop, output, spark
     from pipeline.progress import Progress
 
@@ -282,6 +301,8 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     """`charon export`: the DLQs' messages as JSON Lines on --out, a count on stderr."""
+    if missing_extra("export"):
+        return EXIT_USAGE
     from pipeline.export import write_lines
 
     try:
