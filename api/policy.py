@@ -101,8 +101,11 @@ RULES: tuple[tuple[str, str, str, str, str], ...] = (
     ("redrive:delete", UNPROTECTED, "DELETE", f"{Q}/redrive/{{task_id}}", "Cancel a redrive task (EXT)."),
 )
 
-# Routes no rule guards: they answer without credentials (the version document, ping, the API document).
-PUBLIC = frozenset({("GET", "/"), ("GET", "/v2/ping"), ("GET", "/openapi.json")})
+# Routes no rule guards: they answer without credentials (the version document, ping, the probes, the API
+# document).
+PUBLIC = frozenset(
+    {("GET", "/"), ("GET", "/v2/ping"), ("GET", "/livez"), ("GET", "/readyz"), ("GET", "/openapi.json")}
+)
 
 
 def rule_defaults(admin_role: str) -> list[policy.RuleDefault]:

@@ -1,4 +1,4 @@
-"""Versions, home document, ping and health."""
+"""Versions, home document, ping, health, and the probes a container runtime asks (/livez, /readyz)."""
 
 from __future__ import annotations
 
@@ -145,17 +145,54 @@ async def health(store: StoreDep, request: Request) -> Response:
     pooled = unwrapped(store)
     if isinstance(pooled, PooledStore) and request.app.state.settings.admin_mode and may(request, DETAILED):
         return await _pooled_health(pooled)
+    state = await storage_state(store)
+    return json_response(state, status_code=200 if state.get("storage_writable") else 503)
+
+
+async def storage_state(store: Store) -> dict[str, bool]:
+    """Whether the storage answers, and whether it takes a write now (a probe key): /v2/health's body, and
+    what /readyz asks."""
     try:
         await store.ping()
     except StorageUnavailable:
-        return json_response({"storage_reachable": False}, status_code=503)
+        return {"storage_reachable": False}
     try:
         await store.check_writable()
     except StorageFull:
-        return json_response({"storage_reachable": True, "storage_writable": False}, status_code=503)
+        return {"storage_reachable": True, "storage_writable": False}
     except StorageUnavailable:
-        return json_response({"storage_reachable": False}, status_code=503)
-    return json_response({"storage_reachable": True, "storage_writable": True})
+        return {"storage_reachable": False}
+    return {"storage_reachable": True, "storage_writable": True}
+
+
+@router.plain(
+    "GET",
+    "/livez",
+    status_code=204,
+    summary="Liveness: 204 while the process serves requests; no storage call (EXT)",
+    description="For a container's HEALTHCHECK or a Kubernetes liveness probe: a store outage must not get "
+    "the API restarted, since it answers 503 and recovers by itself. Needs no credentials.",
+)
+async def livez(request: Request) -> Response:
+    return Response(status_code=204)
+
+
+@router.plain(
+    "GET",
+    "/readyz",
+    status_code=204,
+    summary="Readiness: 204 when the storage answers and takes a write now, 503 when not (EXT)",
+    description="For a load balancer or a Kubernetes readiness probe: asks the storage every time, as "
+    "/v2/health does, and needs no credentials.",
+    responses={503: {"model": ErrorOut}},
+)
+async def readyz(request: Request) -> Response:
+    state = await storage_state(request.app.state.store)
+    if not state["storage_reachable"]:
+        raise StorageUnavailable("The storage is not reachable.")
+    if not state.get("storage_writable"):
+        raise StorageUnavailable("The storage answers but refuses writes (it is full).")
+    return Response(status_code=204)
 
 
 async def _pooled_health(store: PooledStore) -> Response:

@@ -262,6 +262,11 @@ async def test_a_full_redis_refuses_writes_with_json_and_consumers_free_it(
                 503,
                 {"storage_reachable": True, "storage_writable": False},
             )
+            # a full store: not ready (a load balancer sends its writes elsewhere), but alive
+            ready = await c.get("/readyz")
+            assert ready.status_code == 503
+            assert "refuses writes" in ready.json()["description"]
+            assert (await c.get("/livez")).status_code == 204
 
             claimed = await c.post("/v2/queues/full/claims?limit=5", json={"ttl": 60})
             assert claimed.status_code == 201, claimed.text
@@ -274,6 +279,7 @@ async def test_a_full_redis_refuses_writes_with_json_and_consumers_free_it(
             r = await c.post("/v2/queues/full/messages", json={"messages": [{"body": big}]})
             assert r.status_code == 201, r.text
             assert (await c.get("/v2/health")).json() == {"storage_reachable": True, "storage_writable": True}
+            assert (await c.get("/readyz")).status_code == 204
     finally:
         await admin.config_set("maxmemory", 0)
         await admin.aclose()

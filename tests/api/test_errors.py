@@ -298,7 +298,12 @@ async def check_requests_answer_503(uri: str) -> None:
     try:
         async with api_client(app) as c:
             assert (await c.get("/v2/health")).status_code == 503
-            for method, url in [("POST", "/v2/queues/q/claims"), ("GET", "/v2/queues/q/stats")]:
+            assert (await c.get("/livez")).status_code == 204  # alive: the store's outage heals by itself
+            for method, url in [
+                ("POST", "/v2/queues/q/claims"),
+                ("GET", "/v2/queues/q/stats"),
+                ("GET", "/readyz"),
+            ]:
                 r = await c.request(method, url)
                 assert r.status_code == 503, r.text
                 assert r.json()["title"] == "Service temporarily unavailable"
