@@ -188,9 +188,12 @@ class CharonProcess:
         log_level: str = "warning",
         stdout: IO[bytes] | None = None,
         stderr: IO[bytes] | None = None,
+        python: str = sys.executable,
     ) -> None:
-        """`stdout`, `stderr`: where its output goes (else the test's)."""
+        """`stdout`, `stderr`: where its output goes (else the test's); `python`: the interpreter of the
+        virtualenv it runs in."""
         self.port = free_port()
+        self.python = python
         self.log_level, self.stdout, self.stderr = log_level, stdout, stderr
         self.env = dict(os.environ, CHARON_NAMESPACE=namespace, **(env or {}))
         if storage_uri is not None:
@@ -212,7 +215,7 @@ class CharonProcess:
     def start(self) -> CharonProcess:
         argv = ["-m", "app.cli", "serve", "--port", str(self.port), "--log-level", self.log_level]
         self.proc = subprocess.Popen(
-            [sys.executable, *argv], env=self.env, stdout=self.stdout, stderr=self.stderr
+            [self.python, *argv], env=self.env, stdout=self.stdout, stderr=self.stderr
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -1,0 +1,1 @@
+"""Tests of what deploys Charon: the images file sets, composes profiles, the Kubernetes manifests."""
