@@ -45,7 +45,8 @@ class MetricsSettings(BaseModel):
         None,
         description="A scrape that sends `Authorization: Bearer <this>` is let in without the policy rule "
         "`metrics:get` (Prometheus' `authorization: {credentials_file: ...}`); a wrong one is refused (403). "
-        "Unset: GET /metrics asks the rule (admin only by default), as every other route asks its own.",
+        "Unset or empty: GET /metrics asks the rule (admin only by default), as every other route asks "
+        "its own.",
     )
     allow_loopback: bool = Field(
         False,
@@ -53,6 +54,12 @@ class MetricsSettings(BaseModel):
         "behind a reverse proxy on the same host that does not set X-Forwarded-For: every request would "
         "come from loopback.",
     )
+
+    @field_validator("bearer_token", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        """An empty token (a deployment's `${TOKEN:-}`) is no token: else an empty `Bearer` would match it."""
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class Settings(BaseSettings):

@@ -243,6 +243,9 @@ async def test_the_store_read_once_for_scrapes_within_cache_seconds(store: Store
         ({"bearer_token": "s3cret"}, {}, {"Authorization": "Bearer wrong"}, 403),
         ({"bearer_token": "s3cret"}, {}, {"Authorization": "Bearer wrong", **ADMIN}, 403),
         ({"bearer_token": "s3cret"}, {}, ADMIN, 200),  # no bearer token: the rule
+        # an empty token is no token (compose's ${X:-}): an empty Bearer is not let in by it
+        ({"bearer_token": ""}, {}, {"Authorization": "Bearer "}, 403),
+        ({"bearer_token": " "}, {}, {"Authorization": "Bearer"}, 403),
         ({"allow_loopback": True}, {}, {}, 200),  # httpx's ASGI client is 127.0.0.1
         ({"allow_loopback": True}, {"client": ("10.1.2.3", 4000)}, {}, 403),
         ({}, {"client": ("::1", 4000)}, {}, 403),
