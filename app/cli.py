@@ -61,7 +61,9 @@ def serve(args: argparse.Namespace) -> int:
     workers = args.workers or settings.workers
     app = APP
     supervised = None
-    if settings.notifications.process:
+    if settings.notifications.external:
+        app = API_APP  # `charon notify` runs apart and delivers
+    elif settings.notifications.process:
         from app.notify import Supervised
 
         app = API_APP  # the workers deliver nothing: the notifier process does
@@ -74,6 +76,7 @@ def serve(args: argparse.Namespace) -> int:
         "workers": workers,
         "log_level": args.log_level,
         "access_log": False,
+        "timeout_graceful_shutdown": settings.shutdown_timeout,
     }
     try:
         if workers > 1 and hasattr(socket, "SO_REUSEPORT"):

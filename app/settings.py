@@ -103,6 +103,14 @@ class Settings(BaseSettings):
         description="Worker processes of `charon serve` (one per core; each listens on its own "
         "SO_REUSEPORT socket).",
     )
+    shutdown_timeout: float = Field(
+        20.0,
+        ge=1,
+        le=600,
+        description="Seconds `charon serve` lets the requests in flight finish after SIGTERM (waiting claims "
+        "answer at once) before it cancels them and stops. Give the container runtime more: `docker stop "
+        "-t`, Kubernetes' terminationGracePeriodSeconds.",
+    )
     sweep_interval: float = Field(
         0.5,
         ge=0,

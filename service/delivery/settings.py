@@ -15,6 +15,13 @@ class NotificationSettings(BaseModel):
         "never slows posting and claiming: on a saturated machine deliveries wait (durably, in the outbox) "
         "and catch up. false: every API worker delivers in its own event loop.",
     )
+    external: bool = Field(
+        False,
+        description="Deliveries are made by `charon notify` processes run apart (a container or a pod of "
+        "their own, as deploy/kubernetes runs them): `charon serve` starts no notifier and its workers "
+        "deliver nothing, whatever `process` says. Posts still write the outbox, which those processes "
+        "drain.",
+    )
     nice: int = Field(
         19,
         ge=0,

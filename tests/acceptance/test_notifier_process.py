@@ -1,11 +1,14 @@
 """`charon serve` delivers from a notifier process of its own (CHARON_NOTIFICATIONS__PROCESS, on by
 default): at a lower CPU priority than the API workers, started again when it dies, gone when the service
-is. With the setting off, the API process delivers itself."""
+is. With the setting off, the API process delivers itself; with CHARON_NOTIFICATIONS__EXTERNAL, neither does,
+and a `charon notify` run apart delivers."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -98,4 +101,28 @@ def test_with_the_setting_off_the_api_process_delivers(
             subscribe(c, webhook_receiver)
             post_and_wait(c, webhook_receiver, 1, 0)
     finally:
+        service.stop()
+
+
+def test_with_an_external_notifier_serve_delivers_nothing_and_charon_notify_does(
+    redis_url: str, webhook_receiver: HttpReceiver
+) -> None:
+    env = notification_env(external="true")
+    service = CharonProcess(redis_url, namespace="external-notifier", env=env).start()
+    notifier = None
+    try:
+        assert notifiers(service) == []
+        with httpx.Client(base_url=service.url, headers=HEADERS, timeout=30) as c:
+            subscribe(c, webhook_receiver)
+            r = c.post("/v2/queues/events/messages", json={"messages": [{"body": {"n": 1}}]})
+            assert r.status_code == 201, r.text
+            time.sleep(2)  # a worker that delivered would have by now (the others deliver within 30 s)
+            assert webhook_receiver.requests == []
+            # the notifier of another container: the same settings and store, run on its own
+            notifier = subprocess.Popen([sys.executable, "-m", "app.cli", "notify"], env=service.env)
+            assert webhook_receiver.wait_for(1, within=30)[-1].json()["body"] == {"n": 1}
+    finally:
+        if notifier is not None:
+            notifier.terminate()
+            notifier.wait(15)
         service.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -27,7 +28,7 @@ from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.redis.store import RedisStore
 from tests.conftest import api_client
-from tests.servers import MongoServer, RedisServer
+from tests.servers import CharonProcess, MongoServer, RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +150,42 @@ async def test_a_stalled_redis_answers_503_in_time_and_never_hides_a_success(
         for key, state in outcomes.items():
             expected = 0 if state == "not applied" else 2
             assert counts.get(key, 0) == expected, (key, state, counts.get(key))
+
+
+def test_sigterm_during_a_stall_stops_the_service_within_its_shutdown_timeout(
+    redis_server: RedisServer,
+) -> None:
+    """A request stuck on a stalled store (a storage timeout of 60 s) does not hold the shutdown longer than
+    CHARON_SHUTDOWN_TIMEOUT: the container runtime's grace period can be reckoned from it."""
+    assert redis_server.proc is not None
+    env = {"CHARON_STORAGE_TIMEOUT": "60", "CHARON_SHUTDOWN_TIMEOUT": "2"}
+    service = CharonProcess(redis_server.url, namespace="shutdown", env=env).start()
+    headers = {"Client-ID": "3381af92-2b9e-11e3-b191-71861300734c", "X-Project-ID": "shutdown"}
+    answers: list[object] = []
+
+    def post() -> None:
+        try:
+            answers.append(
+                httpx.post(
+                    f"{service.url}/v2/queues/q/messages",
+                    json={"messages": [{"body": 1}]},
+                    headers=headers,
+                    timeout=90,
+                )
+            )
+        except httpx.TransportError as e:
+            answers.append(e)
+
+    os.kill(redis_server.proc.pid, signal.SIGSTOP)
+    poster = threading.Thread(target=post)
+    poster.start()
+    time.sleep(1)  # the post waits on the store
+    assert answers == []
+    start = time.monotonic()
+    service.stop()  # fails if the process is not gone 15 s after SIGTERM
+    assert time.monotonic() - start < 10
+    poster.join(30)
+    assert len(answers) == 1
 
 
 async def test_a_stalled_mongodb_answers_503_in_time(tmp_path: Path) -> None:
