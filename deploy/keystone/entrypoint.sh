@@ -1,5 +1,5 @@
 #!/bin/bash
-# Keystone for Charon (deploy/docker-compose.keystone.yml). Every start, idempotently:
+# Keystone for Charon (docker-compose.yml's `keystone` profile). Every start, idempotently:
 #   1. writes keystone.conf (SQLite database and Fernet/credential key repositories under $KEYSTONE_DATA_DIR),
 #   2. keystone-manage db_sync, fernet_setup, credential_setup (they leave existing keys alone), bootstrap
 #      (the admin user, project and roles, the identity endpoints; the admin's password is reset to

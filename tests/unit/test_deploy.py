@@ -1,6 +1,6 @@
-"""deploy/: the compose files describe what the README promises (not run here: no Docker; `docker-compose
-config` checks them when it is installed), and the Keystone image's entrypoint runs for real against
-.venv-keystone."""
+"""deploy/keystone/: the Keystone image of docker-compose.yml's `keystone` profile installs the Keystone the
+tests run against, and its entrypoint runs for real against .venv-keystone (docker-compose.yml itself:
+tests/deploy/test_compose.py)."""
 
 from __future__ import annotations
 
@@ -11,83 +11,25 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import yaml
-from pydantic import BaseModel
 
-from app.settings import Settings
 from tests.keystone import KEYSTONE_VENV, etc_keystone_state
 from tests.keystone import available as keystone_available
 from tests.servers import free_port
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+KEYSTONE = Path(__file__).resolve().parents[2] / "deploy" / "keystone"
+ENTRYPOINT = KEYSTONE / "entrypoint.sh"
 
 
-def test_the_pooled_compose_file_has_two_api_replicas_two_redis_pools_and_a_mongodb_pool() -> None:
-    compose = yaml.safe_load((DEPLOY / "docker-compose.pools.yml").read_text())
-    services = compose["services"]
-    apis = [
-        name for name, s in services.items() if s.get("build", {}).get("dockerfile") == "deploy/Dockerfile"
-    ]
-    assert len(apis) == 2
-    for name in apis:
-        env = services[name]["environment"]
-        assert env["CHARON_POOLING"] == "true"
-        assert env["CHARON_MANAGEMENT_URI"].startswith("redis://catalogue:")
-    script = (DEPLOY / "register-pools.sh").read_text()
-    uris = re.findall(r'"uri": "([a-z+]+)://([a-z0-9-]+):', script)
-    assert sorted(uris) == [("mongodb", "mongo"), ("redis", "redis-a"), ("redis", "redis-b")]
-    assert {host for _, host in uris} <= set(services)
-    assert "--replSet" in services["mongo"]["command"]
-    upstream = (DEPLOY / "nginx.conf").read_text()
-    assert all(f"server {name}:8888" in upstream for name in apis)
-
-
-# -- deploy/docker-compose.keystone.yml and deploy/keystone/ -------------------------------------------------
-
-KEYSTONE_COMPOSE = DEPLOY / "docker-compose.keystone.yml"
-ENTRYPOINT = DEPLOY / "keystone" / "entrypoint.sh"
-
-
-def test_the_keystone_compose_file_wires_charon_to_its_keystone() -> None:
-    compose = yaml.safe_load(KEYSTONE_COMPOSE.read_text())
-    services = compose["services"]
-    charon, keystone = services["charon"], services["keystone"]
-    assert charon["build"]["dockerfile"] == "deploy/Dockerfile"
-    assert keystone["build"]["context"] == "keystone"
-    env, ks_env = charon["environment"], keystone["environment"]
-    assert env["CHARON_AUTH"] == "keystone"
-    assert env["CHARON_SIGNED_URL_KEY"].startswith("${CHARON_SIGNED_URL_KEY:?")  # no default key
-    # every CHARON_ variable names a setting (Settings ignores unknown ones, so a typo would pass silently)
-    for name in env:
-        assert name.startswith("CHARON_"), name
-        model: type[BaseModel] = Settings
-        *parents, leaf = name.removeprefix("CHARON_").lower().split("__")
-        for part in parents:
-            model = model.model_fields[part].annotation  # type: ignore[assignment]
-        assert leaf in model.model_fields, name
-    # Charon asks the compose service `keystone`, once it is healthy, as the user register.py makes there
-    assert urlsplit(env["CHARON_KEYSTONE__AUTH_URL"]).netloc == "keystone:5000"
-    assert charon["depends_on"]["keystone"] == {"condition": "service_healthy"}
-    assert "5000/v3" in " ".join(keystone["healthcheck"]["test"])
-    assert env["CHARON_KEYSTONE__USERNAME"] == ks_env["CHARON_SERVICE_USER"]
-    assert env["CHARON_KEYSTONE__PROJECT_NAME"] == ks_env["CHARON_SERVICE_PROJECT"]
-    assert env["CHARON_KEYSTONE__PASSWORD"] == ks_env["CHARON_SERVICE_PASSWORD"]  # the same variable
-    assert (
-        env["CHARON_KEYSTONE__USER_DOMAIN_NAME"] == env["CHARON_KEYSTONE__PROJECT_DOMAIN_NAME"] == "Default"
-    )
-    assert env["CHARON_KEYSTONE__WWW_AUTHENTICATE_URI"] == ks_env["KEYSTONE_PUBLIC_URL"]
-    # the catalogue's internal messaging endpoint is this compose file's charon service
-    assert urlsplit(ks_env["MESSAGING_INTERNAL_URL"]).netloc == "charon:8888"
-    assert "keystone:/var/lib/keystone" in keystone["volumes"]
-    dockerfile = (DEPLOY / "keystone" / "Dockerfile").read_text()
+def test_the_keystone_image_installs_the_tested_keystone_and_copies_its_files() -> None:
+    dockerfile = (KEYSTONE / "Dockerfile").read_text()
     assert "keystone==30.0.0" in dockerfile  # what tests/keystone.py runs against
     copied = re.search(r"^COPY (.+) /opt/keystone/$", dockerfile, re.M)
     assert copied is not None
-    assert all((DEPLOY / "keystone" / name).is_file() for name in copied.group(1).split())
+    assert all((KEYSTONE / name).is_file() for name in copied.group(1).split())
+    assert re.search(r'^ENTRYPOINT \["bash", "/opt/keystone/entrypoint.sh"\]$', dockerfile, re.M)
 
 
 def test_the_keystone_entrypoint_and_register_script_parse() -> None:
@@ -95,29 +37,7 @@ def test_the_keystone_entrypoint_and_register_script_parse() -> None:
     if bash is None:
         pytest.skip("no bash")
     subprocess.run([bash, "-n", str(ENTRYPOINT)], check=True)
-    compile((DEPLOY / "keystone" / "register.py").read_text(), "register.py", "exec")
-
-
-def test_docker_compose_accepts_the_compose_files() -> None:
-    """`docker-compose config` validates without a Docker daemon (Debian's docker-compose 1.29)."""
-    tool = shutil.which("docker-compose")
-    if tool is None:
-        pytest.skip("no docker-compose")
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
-    for name in ("docker-compose.pools.yml", "docker-compose.keystone.yml"):
-        done = subprocess.run([tool, "-f", str(DEPLOY / name), "config", "-q"], env=env, capture_output=True)
-        if name == "docker-compose.keystone.yml":  # the passwords and the signing key have no defaults
-            assert done.returncode != 0
-            assert b"KEYSTONE_ADMIN_PASSWORD" in done.stderr
-            secrets = {
-                "KEYSTONE_ADMIN_PASSWORD": "a",
-                "CHARON_SERVICE_PASSWORD": "b",
-                "CHARON_SIGNED_URL_KEY": "c",
-            }
-            done = subprocess.run(
-                [tool, "-f", str(DEPLOY / name), "config", "-q"], env=env | secrets, capture_output=True
-            )
-        assert done.returncode == 0, done.stderr.decode()
+    compile((KEYSTONE / "register.py").read_text(), "register.py", "exec")
 
 
 def _wait_for(url: str, proc: subprocess.Popen[bytes], seconds: float) -> None:
