@@ -220,7 +220,8 @@ class PatchOp(_In):
 
 URI_PATTERN = "^(" + "|".join(re.escape(s) for s in REDIS_SCHEMES + MONGODB_SCHEMES) + ")://"
 URI_DOC = (
-    "redis://, rediss://, unix://, redis+cluster://host:port,..., mongodb:// or mongodb+srv://; it answers."
+    "redis://, rediss://, unix://, redis+cluster://host:port,..., "
+    "redis+sentinel://host:port,.../<service>[/<db>], mongodb:// or mongodb+srv://; it answers."
 )
 
 

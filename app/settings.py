@@ -69,6 +69,7 @@ class Settings(BaseSettings):
         None,
         description="redis://host:port/db, rediss://... or unix:///path.sock for Redis; "
         "redis+cluster://host:port,host:port for a Redis Cluster; "
+        "redis+sentinel://host:26379,host:26379/<service>/db for the primary Redis Sentinel names; "
         "mongodb://host:port/db?replicaSet=rs0 or mongodb+srv://... for MongoDB (a replica set or sharded "
         "cluster; the database defaults to `charon`). Unset: an embedded redis-server is started under "
         "data_dir and stopped with the service.",

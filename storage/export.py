@@ -119,5 +119,5 @@ class DeadLetterExport(Protocol):
 
 
 def shown(uri: str) -> str:
-    """`uri` without its password, for messages."""
-    return re.sub(r"//[^@/]*@", "//***@", uri)
+    """`uri` without its passwords (the userinfo's, and any `...password=` option's), for messages."""
+    return re.sub(r"([?&][^=&#]*password=)[^&#]*", r"\1***", re.sub(r"//[^@/]*@", "//***@", uri))

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from storage.export import DeadLetterExport
     from storage.pooling.catalogue import Catalogue
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
 MONGODB_SCHEMES = ("mongodb", "mongodb+srv")
 
 

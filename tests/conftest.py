@@ -32,7 +32,7 @@ from storage.redis.store import RedisStore
 from tests.keystone import KEYSTONE_VENV, KeystoneServer
 from tests.keystone import available as keystone_available
 from tests.receivers import HttpReceiver, SmtpReceiver
-from tests.servers import MongoServer, RedisCluster, RedisServer
+from tests.servers import MongoServer, RedisCluster, RedisSentinels, RedisServer, ReplicatedRedisCluster
 
 PROJECT = "project-a"
 # SecantusDB is a Python server whose answers under the contract suite's load take seconds, far past what a
@@ -284,3 +284,27 @@ def smtp_receiver() -> Iterator[SmtpReceiver]:
     receiver = SmtpReceiver().start()
     yield receiver
     receiver.stop()
+
+
+# --- Replicated Redis (tests/servers.py): the failover tests change who is primary, so none is shared ------
+
+
+@pytest.fixture
+def redis_sentinels(request: pytest.FixtureRequest) -> Iterator[RedisSentinels]:
+    """A Redis primary, one replica (or as many as the test's indirect parameter says) and three sentinels,
+    of the test's own; `.url` is its redis+sentinel:// URI, `.zaqar_url` the same in Zaqar's form."""
+    group = RedisSentinels(replicas=getattr(request, "param", 1))
+    try:
+        yield group.start()
+    finally:
+        group.stop()
+
+
+@pytest.fixture
+def replicated_cluster() -> Iterator[ReplicatedRedisCluster]:
+    """A Redis Cluster of 3 primaries, a replica each, a 1 s cluster-node-timeout; of the test's own."""
+    cluster = ReplicatedRedisCluster()
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 import httpx
 import redis
+
+from app.embedded import die_with_parent
 
 
 def free_port() -> int:
@@ -40,6 +44,7 @@ class ServerProcess:
     """A test server started as a child process on 127.0.0.1:<free port>."""
 
     name = "server"
+    tethered = False  # True: the kernel kills it (SIGKILL) when the test run dies, even by kill -9 (Linux)
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -48,7 +53,9 @@ class ServerProcess:
     def _launch(self, args: list[str], *, ready: Callable[[], bool], timeout: float) -> None:
         """Start `args` and return once `ready()`; RuntimeError when the process exits or is too slow. Its
         stderr stays the test run's, so a server that fails to start says why."""
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, preexec_fn=_die_with_the_run if self.tethered else None
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -92,12 +99,14 @@ class RedisServer(ServerProcess):
 
 
 class RedisCluster:
-    """A real Redis Cluster of `size` primaries (no replicas) on loopback: redis-server --cluster-enabled on
-    free ports, joined by `redis-cli --cluster create`, ready once every node says cluster_state:ok."""
+    """A real Redis Cluster of `size` primaries (and `replicas` replicas of each) on loopback: redis-server
+    --cluster-enabled on free ports, joined by `redis-cli --cluster create`, ready once every node says
+    cluster_state:ok."""
 
-    def __init__(self, size: int = 3) -> None:
+    def __init__(self, size: int = 3, *, replicas: int = 0, node_timeout_ms: int = 5000) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="charon-cluster-")
-        self.nodes = [RedisServer() for _ in range(size)]
+        self.replicas, self.node_timeout_ms = replicas, node_timeout_ms
+        self.nodes = [RedisServer() for _ in range(size * (1 + replicas))]
         for node in self.nodes:
             node.port = free_cluster_port()
 
@@ -112,12 +121,14 @@ class RedisCluster:
             raise RuntimeError("redis-server/redis-cli are not installed; `make install` installs them")
         for node in self.nodes:
             args = [exe, "--port", str(node.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-            args += ["--cluster-enabled", "yes", "--dir", self.dir.name]
-            args += ["--cluster-config-file", f"nodes-{node.port}.conf", "--cluster-node-timeout", "5000"]
+            args += ["--cluster-enabled", "yes", "--dir", self.dir.name, "--repl-diskless-sync-delay", "0"]
+            args += ["--cluster-config-file", f"nodes-{node.port}.conf"]
+            args += ["--cluster-node-timeout", str(self.node_timeout_ms)]
             node._launch(args, ready=lambda n=node: _answers(n.port), timeout=10)
         addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        replicas = ["--cluster-replicas", str(self.replicas)]
         subprocess.run(
-            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            [cli, "--cluster", "create", *addresses, *replicas, "--cluster-yes"],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -310,3 +321,250 @@ class SparkStandalone:
                 p.kill()
                 p.wait()
         self.procs = []
+
+
+# --- Replicated Redis for the failover tests: Sentinel, and a Cluster with replicas -------------------------
+
+
+def _die_with_the_run() -> None:
+    """A tethered server's child, before exec: SIGKILL when the test run dies (SIGTERM would wait for a
+    SIGCONT if the server was stopped with SIGSTOP by a test)."""
+    die_with_parent(signal.SIGKILL)
+
+
+def _answers_with(port: int, password: str | None) -> bool:
+    try:
+        return bool(redis.Redis(port=port, password=password, socket_timeout=1).ping())
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return False
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(what)
+
+
+class RedisSentinels:
+    """A Redis primary and `replicas` replicas, watched by three sentinels (`redis-server --sentinel`) that
+    fail over `down_after_ms` after the primary stops answering; all on free loopback ports, the Redis
+    servers behind PASSWORD and the sentinels behind SENTINEL_PASSWORD, every process tethered to the run."""
+
+    SERVICE = "charon-primary"
+    PASSWORD = "data-secret"
+    SENTINEL_PASSWORD = "sentinel-secret"
+
+    def __init__(
+        self, replicas: int = 1, *, down_after_ms: int = 1000, failover_timeout_ms: int = 2000
+    ) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="charon-sentinel-")
+        self.down_after_ms, self.failover_timeout_ms = down_after_ms, failover_timeout_ms
+        self.servers = [RedisServer() for _ in range(1 + replicas)]
+        self.sentinels = [ServerProcess() for _ in range(3)]
+        for process in [*self.servers, *self.sentinels]:
+            process.tethered = True
+        for sentinel in self.sentinels:
+            sentinel.name = "redis-sentinel"
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+
+    @property
+    def url(self) -> str:
+        """The redis+sentinel:// URI of the primary, with both passwords."""
+        return f"redis+sentinel://:{self.PASSWORD}@{self.hosts}/{self.SERVICE}/0?sentinel_password={self.SENTINEL_PASSWORD}"
+
+    @property
+    def zaqar_url(self) -> str:
+        """The same primary in Zaqar's form (redis://sentinels?master=...)."""
+        return (
+            f"redis://:{self.PASSWORD}@{self.hosts}?master={self.SERVICE}&dbid=0"
+            f"&sentinel_password={self.SENTINEL_PASSWORD}"
+        )
+
+    def start(self) -> RedisSentinels:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed; `make install` installs it")
+        primary = self.servers[0]
+        for server in self.servers:
+            args = [
+                exe,
+                "--port",
+                str(server.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]
+            args += ["--requirepass", self.PASSWORD, "--masterauth", self.PASSWORD, "--dir", self.dir.name]
+            args += ["--repl-diskless-sync-delay", "0"]
+            if server is not primary:
+                args += ["--replicaof", "127.0.0.1", str(primary.port)]
+            server._launch(args, ready=lambda s=server: _answers_with(s.port, self.PASSWORD), timeout=10)
+        _wait(self._replicas_linked, "the replicas did not sync with the primary", 30)
+        for sentinel in self.sentinels:
+            conf = Path(self.dir.name) / f"sentinel-{sentinel.port}.conf"
+            conf.write_text(
+                f"port {sentinel.port}\nbind 127.0.0.1\ndir {self.dir.name}\n"
+                f"logfile {self.dir.name}/sentinel-{sentinel.port}.log\n"
+                f"requirepass {self.SENTINEL_PASSWORD}\n"
+                f"sentinel monitor {self.SERVICE} 127.0.0.1 {primary.port} 2\n"
+                f"sentinel auth-pass {self.SERVICE} {self.PASSWORD}\n"
+                f"sentinel sentinel-pass {self.SENTINEL_PASSWORD}\n"
+                f"sentinel down-after-milliseconds {self.SERVICE} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {self.SERVICE} {self.failover_timeout_ms}\n"
+            )
+            ready = lambda s=sentinel: _answers_with(s.port, self.SENTINEL_PASSWORD)  # noqa: E731
+            sentinel._launch([exe, str(conf), "--sentinel"], ready=ready, timeout=10)
+        _wait(self._watching, "the sentinels did not find each other and the replicas", 30)
+        return self
+
+    def _sentinel(self, sentinel: ServerProcess) -> redis.Redis:
+        return redis.Redis(
+            port=sentinel.port, password=self.SENTINEL_PASSWORD, decode_responses=True, socket_timeout=1
+        )
+
+    def _replicas_linked(self) -> bool:
+        return all(
+            redis.Redis(port=s.port, password=self.PASSWORD).info("replication").get("master_link_status")
+            == "up"
+            for s in self.servers[1:]
+        )
+
+    def _watching(self) -> bool:
+        for sentinel in self.sentinels:
+            state = self._sentinel(sentinel).sentinel_master(self.SERVICE)
+            if state["num-other-sentinels"] < 2 or state["num-slaves"] < len(self.servers) - 1:
+                return False
+        return True
+
+    def primary(self) -> RedisServer:
+        """The server the sentinels name as primary now (asking each live sentinel in turn)."""
+        for sentinel in self.sentinels:
+            try:
+                _, port = self._sentinel(sentinel).sentinel_get_master_addr_by_name(self.SERVICE)
+            except redis.exceptions.ConnectionError:
+                continue
+            return next(s for s in self.servers if s.port == int(port))
+        raise RuntimeError("no sentinel answers")
+
+    def client(self, server: RedisServer) -> redis.Redis:
+        return redis.Redis(port=server.port, password=self.PASSWORD, decode_responses=True)
+
+    def configure(self, **options: int | str) -> None:
+        """CONFIG SET on every live Redis server (a replica keeps it for when it is promoted)."""
+        for server in self.servers:
+            if server.proc is not None and server.proc.poll() is None:
+                for name, value in options.items():
+                    self.client(server).config_set(name.replace("_", "-"), value)
+
+    def kill_primary(self) -> RedisServer:
+        """kill -9 the primary; returns it."""
+        primary = self.primary()
+        assert primary.proc is not None
+        primary.proc.kill()
+        primary.proc.wait(10)
+        return primary
+
+    def wait_promoted(self, old: RedisServer, timeout: float) -> RedisServer:
+        """The replica the sentinels promoted in `old`'s place, once it says it is a primary."""
+        found: list[RedisServer] = []
+
+        def promoted() -> bool:
+            new = self.primary()
+            if new is old or self.client(new).info("replication")["role"] != "master":
+                return False
+            found.append(new)
+            return True
+
+        _wait(promoted, "the sentinels promoted no replica", timeout)
+        return found[0]
+
+    @contextmanager
+    def replicas_cut_off(self) -> Iterator[None]:
+        """The replicas stopped (SIGSTOP) and their links closed by the primary (CLIENT KILL TYPE replica)
+        meanwhile: what the primary writes then reaches none of them, as when a replica's link is down."""
+        primary = self.primary()
+        replicas = [s.proc for s in self.servers if s is not primary and s.proc is not None]
+        for proc in replicas:
+            proc.send_signal(signal.SIGSTOP)
+        try:
+            self.client(primary).client_kill_filter(_type="replica")
+            yield
+        finally:
+            for proc in replicas:
+                proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        for process in [*self.sentinels, *self.servers]:
+            if process.proc is not None and process.proc.poll() is None:
+                process.proc.send_signal(signal.SIGCONT)
+                process.stop()
+        self.dir.cleanup()
+
+
+class ReplicatedRedisCluster(RedisCluster):
+    """A RedisCluster of `size` primaries with a replica each and a short cluster-node-timeout (a replica
+    takes over about twice that after its primary stops answering), every node tethered to the run."""
+
+    def __init__(self, size: int = 3, *, node_timeout_ms: int = 1000) -> None:
+        super().__init__(size, replicas=1, node_timeout_ms=node_timeout_ms)
+        for node in self.nodes:
+            node.tethered = True
+
+    def start(self) -> ReplicatedRedisCluster:
+        super().start()
+        _wait(self._replicas_linked, "the cluster's replicas did not sync", 30)
+        return self
+
+    def _live(self) -> list[RedisServer]:
+        return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def _replicas_linked(self) -> bool:
+        roles = [redis.Redis(port=n.port).info("replication") for n in self._live()]
+        replicas = [r for r in roles if r["role"] == "slave"]
+        return len(replicas) == len(self.nodes) // 2 and all(
+            r["master_link_status"] == "up" for r in replicas
+        )
+
+    def primary_of(self, key: str) -> RedisServer:
+        """The node that serves `key`'s slot now, as a live node's CLUSTER SLOTS says."""
+        node = redis.Redis(port=self._live()[0].port, decode_responses=True)
+        slot = int(node.execute_command("CLUSTER", "KEYSLOT", key))
+        for start, end, primary, *_ in node.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return next(n for n in self.nodes if n.port == int(primary[1]))
+        raise RuntimeError(f"no node serves slot {slot}")
+
+    def kill_primary_of(self, key: str) -> RedisServer:
+        """kill -9 the primary of `key`'s slot; returns it."""
+        primary = self.primary_of(key)
+        assert primary.proc is not None
+        primary.proc.kill()
+        primary.proc.wait(10)
+        return primary
+
+    def wait_promoted(self, key: str, old: RedisServer, timeout: float) -> RedisServer:
+        """The replica that took over `key`'s slot from `old`, once every live node agrees and says ok."""
+        found: list[RedisServer] = []
+
+        def promoted() -> bool:
+            try:
+                new = self.primary_of(key)
+                agreed = all(_cluster_ok(n.port) for n in self._live())
+            except redis.exceptions.ConnectionError:
+                return False
+            if new is old or not agreed:
+                return False
+            found.append(new)
+            return True
+
+        _wait(promoted, "no replica took over the slot", timeout)
+        return found[0]

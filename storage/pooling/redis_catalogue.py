@@ -14,7 +14,7 @@ from core.models import QueueRef
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.pooling.catalogue import SHOWN_QUEUES, Flavor, Pool, pool_in_use
 from storage.redis.runner import Script, ScriptRunner, unavailable_as_domain_error
-from storage.redis.store import RedisStore
+from storage.redis.uri import open_client, wait_replicas
 
 
 def _member(q: QueueRef) -> str:
@@ -42,16 +42,19 @@ class RedisCatalogue:
         *,
         namespace: str = "charon",
         timeout: float = DEFAULT_TIMEOUT_S,
+        wait_replicas: int = 0,
     ) -> None:
         self._client = client
-        self._scripts = ScriptRunner(client, timeout=timeout)  # the driver's one way of running a script
+        # the driver's one way of running a script
+        self._scripts = ScriptRunner(client, timeout=timeout, wait_replicas=wait_replicas)
         self._prefix = f"{namespace}:{{catalogue}}:"
 
     @classmethod
     def from_url(
         cls, url: str, *, namespace: str = "charon", timeout: float = DEFAULT_TIMEOUT_S
     ) -> RedisCatalogue:
-        return cls(RedisStore.client_from_url(url, timeout), namespace=namespace, timeout=timeout)
+        waits = wait_replicas(url)
+        return cls(open_client(url, timeout), namespace=namespace, timeout=timeout, wait_replicas=waits)
 
     def _key(self, name: str) -> str:
         return f"{self._prefix}{name}"

@@ -15,16 +15,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from itertools import compress
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis
-import redis.cluster
 import redis.exceptions
 
 from core.errors import StorageUnavailable
 from storage.export import PAGE_SIZE, Extent, Page, Slice, Value, shown
 from storage.redis.keys import MessageField, ProjectKeys, QueueField, projects_key
-from storage.redis.store import CLUSTER_SCHEMES, cluster_options
+from storage.redis.uri import open_sync_client
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 60.0  # a page of large bodies from a busy server
@@ -60,13 +58,7 @@ class RedisExport:
         self.uri, self.namespace = uri, namespace
 
     def _client(self) -> redis.Redis | redis.RedisCluster:
-        timeouts: dict[str, Any] = {
-            "socket_connect_timeout": CONNECT_TIMEOUT_S,
-            "socket_timeout": READ_TIMEOUT_S,
-        }
-        if urlsplit(self.uri).scheme in CLUSTER_SCHEMES:
-            return redis.RedisCluster(**cluster_options(self.uri, node=redis.cluster.ClusterNode), **timeouts)
-        return redis.Redis.from_url(self.uri, **timeouts)
+        return open_sync_client(self.uri, connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
 
     def extents(self, project: str | None, names: Sequence[str] | None) -> list[Extent]:
         with self._unavailable_as_error():

@@ -3,7 +3,8 @@ as domain errors.
 
 `ScriptRunner` sends EVALSHA and, on NOSCRIPT (the server restarted or was flushed; the script did not
 run), loads the script and sends it again. On one server it keeps its own connections, made by the
-client's pool (same address, credentials, TLS, decoding), at most MAX_CONNECTIONS at once: redis-py 8's
+client's pool (same address, credentials, TLS, decoding; behind Redis Sentinel, the primary the sentinels
+name as it connects), at most MAX_CONNECTIONS at once: redis-py 8's
 command path (pool lock, a liveness probe on every checkout, retry wrapper, metrics hooks) was the largest
 part of a one-message DELETE's time in Charon (bench/README.md). On a Redis Cluster it goes through
 redis-py, whose routing is the point. A failure once a script is sent is never retried (it may have run).
@@ -12,6 +13,7 @@ redis-py, whose routing is the point. A failure once a script is sent is never r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -19,8 +21,8 @@ from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 import redis.asyncio as aioredis
+from redis.exceptions import ClusterError, NoScriptError, RedisClusterException, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core import errors
@@ -32,10 +34,14 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     # refused only before its first write (Redis will not stop one half-way), so nothing was changed.
     "OOM": errors.StorageFull,
     "MISCONF": errors.StorageFull,
-    # Redis not serving now: starting up, a script running too long, a replica, a cluster without quorum.
+    # Redis not serving now: starting up, a script running too long, a replica (a demoted primary), a cluster
+    # without quorum.
     "LOADING": errors.StorageUnavailable,
     "BUSY": errors.StorageUnavailable,
     "READONLY": errors.StorageUnavailable,
+    # a primary with min-replicas-to-write refusing writes while too few replicas are in reach (a script, at
+    # its first write: so, as for OOM, before it changed anything)
+    "NOREPLICAS": errors.StorageUnavailable,
     "MASTERDOWN": errors.StorageUnavailable,
     "CLUSTERDOWN": errors.StorageUnavailable,
     "TRYAGAIN": errors.StorageUnavailable,
@@ -54,6 +60,9 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
 }
 
 
+_NO_SUCH_DB = "DB index is out of range"
+
+
 def domain_error(exc: ResponseError) -> errors.CharonError | None:
     """The domain error a script raised with redis.error_reply('CHARON_<CODE> description'), or the one a
     Redis error reply about the server's state stands for (OOM, LOADING, ...), if any."""
@@ -63,6 +72,10 @@ def domain_error(exc: ResponseError) -> errors.CharonError | None:
     known = getattr(exc, "status_code", None)
     if isinstance(known, str) and known in _ERRORS:
         code, description = known, text
+    if text.startswith(_NO_SUCH_DB):  # connecting: SELECT of a database past the server's `databases`
+        return errors.StorageUnavailable(
+            f"Redis refused the storage URI's database number ({text}): use one below its `databases`."
+        )
     cls = _ERRORS.get(code)
     if cls is None:
         return None
@@ -87,6 +100,12 @@ def connection_error(exc: Exception, *, sent: bool) -> errors.StorageUnavailable
     return errors.StorageUnavailable(f"Redis is not reachable ({exc}).")
 
 
+def closed_transport(exc: BaseException) -> bool:
+    """Whether `exc` is uvloop's RuntimeError for a write on a connection the server has closed (where
+    asyncio's own loop raises a ConnectionError; MagicStack/uvloop#506): nothing of the command was sent."""
+    return isinstance(exc, RuntimeError) and "handler is closed" in str(exc)
+
+
 def before_sending(exc: Exception) -> bool:
     """Whether a failure of redis-py's own command path happened before the command went out: connecting
     (refused, or timed out) is; reading, or writing part of a command, is not known to be."""
@@ -96,14 +115,24 @@ def before_sending(exc: Exception) -> bool:
 @asynccontextmanager
 async def unavailable_as_domain_error(*, write: bool = False) -> AsyncIterator[None]:
     """Redis failures through redis-py's own command path as domain errors: a connection failure or timeout
-    as StorageUnavailable (OutcomeUnknown for a `write` that got past connecting), and the server's refusals
-    (OOM, LOADING, ...) and a script's CHARON_* replies as their domain errors."""
+    as StorageUnavailable (OutcomeUnknown for a `write` that got past connecting), a Redis Cluster's
+    topology errors as StorageUnavailable, and the server's refusals (OOM, LOADING, ...) and a script's
+    CHARON_* replies as their domain errors."""
     try:
         yield
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise connection_error(exc, sent=write and not before_sending(exc)) from None
     except ResponseError as exc:
         raise_as_domain_error(exc)
+    except (ClusterError, RedisClusterException) as exc:
+        # a Redis Cluster's topology in flux (a failover): slots not covered, nodes that disagree or cannot
+        # be reached while the client maps them, redirections past redis-py's bound; raised before the
+        # command runs anywhere
+        raise errors.StorageUnavailable(f"The Redis Cluster cannot serve this now ({exc}).") from None
+    except RuntimeError as exc:
+        if not closed_transport(exc):
+            raise
+        raise connection_error(exc, sent=False) from None
 
 
 class Script:
@@ -151,10 +180,24 @@ class ScriptRunner:
     MAX_CONNECTIONS = 64  # script connections open at once on one server; a call past them waits its turn
     CLUSTER_CONCURRENCY = 32  # calls of each() in flight at once on a Redis Cluster
 
-    def __init__(self, client: aioredis.Redis | aioredis.RedisCluster, *, timeout: float) -> None:
+    def __init__(
+        self, client: aioredis.Redis | aioredis.RedisCluster, *, timeout: float, wait_replicas: int = 0
+    ) -> None:
+        """`wait_replicas`: on one server, each write script is followed by WAIT for that many replicas (on
+        the same connection, sent with it), and acknowledged only once they have it (uri.py)."""
         self._client = client
         self._timeout = timeout
         self._cluster = isinstance(client, aioredis.RedisCluster)
+        if wait_replicas and self._cluster:
+            raise errors.InvalidInput(
+                "wait_replicas is for one server or Redis Sentinel, not a Redis Cluster."
+            )
+        self._wait_replicas = wait_replicas
+        # half the read timeout: Redis ends a WAIT on its timer (hz 10: up to 100 ms late), and a shortfall
+        # must come back as one, not as a read timing out
+        self._wait_ms = max(1, int(timeout * 500))
+        wait = [b"*3\r\n", _bulk("WAIT"), _bulk(wait_replicas), _bulk(self._wait_ms)] if wait_replicas else []
+        self._wait = b"".join(wait)  # WAIT as sent, after each write script
         self._idle: list[Any] = []
         self._in_use = 0  # connections taken by calls now (at most MAX_CONNECTIONS)
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -269,22 +312,25 @@ class ScriptRunner:
         """EVALSHA on `conn`. A kept (`reused`) connection that fails while sending is connected again once
         (the script cannot have run); once the command is out, a failure is never retried."""
         sent = False
+        waits = script.write and bool(self._wait)
         try:
-            command = pack_evalsha(script, keys, args)
+            command = pack_evalsha(script, keys, args) + (self._wait if waits else b"")
             try:
-                await conn.send_packed_command(command)
+                await _connected(conn)
+                await _send(conn, command)
             except (RedisConnectionError, RedisTimeoutError):
                 await conn.disconnect(nowait=True)
                 if not reused:
                     raise
-                await conn.send_packed_command(command)  # reconnects
+                await _connected(conn)
+                await _send(conn, command)
             sent = script.write
             try:
-                return await conn.read_response()
+                return await self._answer(conn, waits)
             except NoScriptError:
                 await self._load(conn, script)
-                await conn.send_packed_command(command)
-                return await conn.read_response()
+                await _send(conn, command)
+                return await self._answer(conn, waits)
         except ResponseError as exc:
             raise_as_domain_error(exc)
         except (RedisConnectionError, RedisTimeoutError) as exc:
@@ -293,8 +339,10 @@ class ScriptRunner:
     async def _pipelined(self, conn: Any, script: Script, commands: bytes, count: int) -> list[Any]:
         """`count` EVALSHAs of `script`, packed together in `commands`, sent at once; their replies."""
         sent = False
+        waits = script.write and bool(self._wait)
         try:
-            await conn.send_packed_command(commands)
+            await _connected(conn)
+            await _send(conn, commands + (self._wait if waits else b""))
             sent = script.write
             replies = []
             for _ in range(count):
@@ -302,9 +350,40 @@ class ScriptRunner:
                     replies.append(await conn.read_response())
                 except ResponseError as exc:
                     replies.append(exc)
+            if waits:
+                await self._replicated(conn)
             return replies
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise connection_error(exc, sent=sent) from None
+
+    async def _answer(self, conn: Any, waits: bool) -> Any:
+        """A script's reply (its error raised), and when it `waits`, WAIT's after it (read even after an
+        error, so that the connection is left with nothing unread)."""
+        try:
+            reply = await conn.read_response()
+        except ResponseError:
+            if waits:
+                with contextlib.suppress(ResponseError):  # a replica refuses WAIT too
+                    await conn.read_response()
+            raise
+        if waits:
+            await self._replicated(conn)
+        return reply
+
+    async def _replicated(self, conn: Any) -> None:
+        """WAIT's answer, read from `conn`: fewer replicas than asked have the write, which a failover now
+        could lose (OutcomeUnknown)."""
+        try:
+            replicas = await conn.read_response()
+        except ResponseError as exc:
+            raise errors.OutcomeUnknown(
+                f"Redis wrote it on the primary, then refused WAIT ({exc})."
+            ) from None
+        if replicas < self._wait_replicas:
+            raise errors.OutcomeUnknown(
+                f"Redis wrote it on the primary, but {replicas} of the {self._wait_replicas} replicas asked "
+                f"for (wait_replicas) confirmed it within {self._wait_ms} ms, so a failover could undo it."
+            )
 
     @staticmethod
     async def _load(conn: Any, script: Script) -> None:
@@ -320,6 +399,25 @@ class ScriptRunner:
             except NoScriptError:
                 await self._client.script_load(script.source)
                 return await self._client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+async def _send(conn: Any, command: bytes) -> None:
+    """`command` sent on `conn`; a closed connection raises ConnectionError whichever event loop runs."""
+    try:
+        await conn.send_packed_command(command)
+    except RuntimeError as exc:
+        if not closed_transport(exc):
+            raise
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
+
+
+async def _connected(conn: Any) -> None:
+    """Connect `conn` if it is not: through its class's connect(), which for a Sentinel-managed connection
+    asks the sentinels where the primary is now (sending on an unconnected one would reconnect to the address
+    it had, or to redis-py's default, without asking)."""
+    if not conn.is_connected:
+        await conn.connect()
 
 
 def _closed(conn: Any) -> bool:

@@ -11,17 +11,12 @@ import logging
 import os
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit
 
 import orjson
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from core.clock import Clock, SystemClock
-from core.errors import CharonError, InvalidInput, NotFound, StorageFull, SubscriptionNotFound
+from core.errors import CharonError, NotFound, StorageFull, SubscriptionNotFound
 from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
@@ -63,6 +58,8 @@ from storage.redis.keys import (
 from storage.redis.outbox import Outbox
 from storage.redis.runner import ScriptRunner, unavailable_as_domain_error
 from storage.redis.scripts import LOWERED, OWED, ReadAhead, Scripts, Target, policy_args
+from storage.redis.uri import cluster_options as cluster_options  # re-exported: tests import it from here
+from storage.redis.uri import open_client, wait_replicas
 from storage.redis.wakeups import RedisWakeups
 
 DROP_BATCH = 500
@@ -71,40 +68,7 @@ SWEEP_PROJECTS_PER_ROUND = 500  # projects looked at in one pipeline
 FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair what a crash left unmarked
 
 
-CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-Client = aioredis.Redis | aioredis.RedisCluster
-
 log = logging.getLogger("charon.redis")
-
-
-class Cluster(aioredis.RedisCluster):
-    """A RedisCluster that finishes initializing before its first command starts. redis-py 8 resolves a
-    command's policy before it initializes, and concurrent first commands then met connections the
-    initialization closed ("Connection closed by server"): with no retries (a script sent again could run
-    twice), 358 of 480 such commands failed in a check here, none with this."""
-
-    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        if self._initialize:
-            await self.initialize()
-        return await super().execute_command(*args, **kwargs)
-
-
-def cluster_options(url: str, *, node: type[Any] = ClusterNode) -> dict[str, Any]:
-    """RedisCluster's arguments from `redis+cluster://[user:password@]host:port,host:port/`; `node` is the
-    client's ClusterNode class (the asyncio one by default; the synchronous client needs its own)."""
-    parts = urlsplit(url)
-    credentials, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for address in hosts.split(","):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise InvalidInput(f"A Redis Cluster URI lists host:port pairs; got {address!r} in {url!r}.")
-        nodes.append(node(host.strip("[]"), int(port)))
-    options: dict[str, Any] = {"startup_nodes": nodes, "ssl": parts.scheme == "rediss+cluster"}
-    if credentials:
-        user, _, password = credentials.partition(":")
-        options.update(username=unquote(user) or None, password=unquote(password) or None)
-    return options
 
 
 def new_id() -> str:
@@ -150,13 +114,15 @@ class RedisStore:
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        wait_replicas: int = 0,
     ):
+        """`wait_replicas`: replicas each write script waits for before it is acknowledged (uri.py)."""
         self._client = client
         self._unmarked: set[str] = set()  # projects whose touched mark failed: marked at the next sweep
         self._namespace = namespace
         self._clock = clock or SystemClock()
         self._timeout = timeout
-        self._runner = ScriptRunner(client, timeout=timeout)
+        self._runner = ScriptRunner(client, timeout=timeout, wait_replicas=wait_replicas)
         self._scripts = Scripts(self._runner, defaults=defaults)
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
         self._targets: dict[QueueRef, Target] = {}
@@ -174,24 +140,14 @@ class RedisStore:
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> RedisStore:
         """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
-        (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes. `timeout`: seconds a
-        call may wait for the server (connecting, or for an answer) before it fails with 503."""
-        client = cls.client_from_url(url, timeout)
-        return cls(client, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout)
-
-    @staticmethod
-    def client_from_url(url: str, timeout: float = DEFAULT_TIMEOUT_S) -> Client:
-        """redis-py retries a command whose connection failed; here only once, and never after a timeout:
-        a script sent again after it timed out could run twice (queue scripts take the DirectScripts path,
-        which retries only when nothing was sent; a cluster's scripts are not retried at all)."""
-        bounded: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-        if urlsplit(url).scheme in CLUSTER_SCHEMES:
-            return Cluster(
-                **cluster_options(url), decode_responses=True, retry=Retry(NoBackoff(), 0), **bounded
-            )
-        once = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
-        return aioredis.Redis.from_url(
-            url, decode_responses=True, health_check_interval=30, retry=once, **bounded
+        (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes; `redis+sentinel://
+        host:port,host:port,.../service[/db]` (or Zaqar's `redis://host:port,...?master=service`) for the
+        primary Redis Sentinel names (uri.py). `timeout`: seconds a call may wait for the server (connecting,
+        or for an answer) before it fails with 503."""
+        waits = wait_replicas(url)
+        client = open_client(url, timeout)
+        return cls(
+            client, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout, wait_replicas=waits
         )
 
     async def _target(self, q: QueueRef) -> Target:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -23,6 +24,7 @@ from core.errors import StorageUnavailable
 from core.models import QueueRef
 from storage.base import WakeCallback
 from storage.redis.keys import QueueKeys
+from storage.redis.runner import closed_transport
 
 log = logging.getLogger("charon.redis")
 
@@ -59,8 +61,10 @@ class RedisWakeups:
                 if self._reader is None or self._reader.done():
                     self._reader = asyncio.create_task(self._read(self._pubsub), name="charon-wakeups")
             await asyncio.wait_for(asyncio.shield(self._confirmed[channel]), self._timeout)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except (RedisError, OSError, TimeoutError, RuntimeError) as exc:
             await self.unlisten(q)
+            if not _lost(exc):  # (TimeoutError is an OSError)
+                raise
             raise StorageUnavailable(f"Redis did not take the long poll's subscription ({exc}).") from exc
         except BaseException:
             await self.unlisten(q)
@@ -72,7 +76,7 @@ class RedisWakeups:
             return
         self._queues.pop(channel, None)
         if self._pubsub is not None:
-            with contextlib.suppress(RedisError, OSError):
+            with _unless_lost():
                 await self._pubsub.unsubscribe(channel)
 
     async def _read(self, pubsub: Any) -> None:
@@ -88,7 +92,9 @@ class RedisWakeups:
                         waiting.set_result(None)
                 elif message["type"] == "message" and channel in self._queues:
                     self._on_wake(self._queues[channel], int(message["data"]))
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, RuntimeError) as exc:
+            if not _lost(exc):
+                raise
             log.warning("long-poll wake-ups: the subscriber connection failed (%s); waking every waiter", exc)
             self._reset(pubsub)
 
@@ -121,5 +127,20 @@ class RedisWakeups:
 
 
 async def _close(pubsub: Any) -> None:
-    with contextlib.suppress(RedisError, OSError):
+    with _unless_lost():
         await pubsub.aclose()
+
+
+def _lost(exc: BaseException) -> bool:
+    """Whether `exc` says the connection to Redis failed (uvloop's closed transport included)."""
+    return isinstance(exc, RedisError | OSError) or closed_transport(exc)
+
+
+@contextlib.contextmanager
+def _unless_lost() -> Iterator[None]:
+    """Best effort: a failed connection is ignored, anything else raised."""
+    try:
+        yield
+    except (RedisError, OSError, RuntimeError) as exc:
+        if not _lost(exc):
+            raise
