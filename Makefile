@@ -28,9 +28,10 @@ define apt-package
 	fi
 endef
 
-# redis-server: the embedded default store and the tests' server; the only system package serving needs.
+# redis-server: the embedded default store and the tests' server; the only system package serving needs
+# (and not even that when CHARON_STORAGE_URI names a store of your own).
 redis-server:
-	$(call apt-package,redis-server,command -v redis-server,or your system's package)
+	$(call apt-package,redis-server,{ [ -n "$$CHARON_STORAGE_URI" ] || command -v redis-server; },or your system's package)
 
 # Java 17+ for Spark 4 (charon insights and its tests): openjdk-17-jre-headless via apt when root; otherwise a
 # clear note (the service itself runs without it; `charon insights` says the same when it starts).
@@ -46,9 +47,10 @@ java:
 	  fi; \
 	fi
 
-# What the tests need beside redis-server and Java: promtool (Debian's prometheus) checks and unit-tests
+# What the tests need beside Java: redis-server (whatever CHARON_STORAGE_URI says), promtool (Debian's prometheus) checks and unit-tests
 # deploy/prometheus/alerts.yml; docker-compose (1.29, no daemon needed) validates docker-compose.yml's profiles.
-system-deps: redis-server java
+system-deps: java
+	$(call apt-package,redis-server,command -v redis-server,the tests start their own redis-server)
 	$(call apt-package,prometheus,command -v promtool,or put Prometheus' promtool on PATH)
 	$(call apt-package,docker-compose,command -v docker-compose,or any Compose implementation with `config`)
 

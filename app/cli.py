@@ -1,6 +1,6 @@
 """`charon serve` runs the service; `charon openapi` prints the published API as YAML; `charon insights`
 analyses dead letters with PySpark and `charon export` writes a DLQ as JSON Lines (pipeline/, the
-`insights` extra: pip install 'charon-queue[insights]')."""
+`insights` extra: make insights)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,20 @@ def notify(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"charon: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
         return 2
-    return notifying.main(settings, nice=args.nice, parent=args.parent)
+    if args.parent is None and settings.store_uri() is None:
+        # alone it would start an embedded store of its own, which no API writes to
+        print(
+            "charon notify: set CHARON_STORAGE_URI to the store the API uses (charon serve's embedded store "
+            "has a notifier of its own)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
+    try:
+        return notifying.main(settings, nice=args.nice, parent=args.parent)
+    except CharonError as exc:
+        print(f"charon notify: {exc}", file=sys.stderr, flush=True)
+        return 1
 
 
 def _one_line(exc: Exception) -> str:

@@ -80,7 +80,7 @@ class EmbeddedRedis:
         exe = shutil.which(self.binary)
         if exe is None:
             raise StorageUnavailable(
-                f"{self.binary} was not found: run `make install` (it installs redis-server), "
+                f"{self.binary} was not found: run `make run` (it installs redis-server), "
                 "or set CHARON_STORAGE_URI to a Redis you run."
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -34,18 +34,19 @@ from pipeline import DEFAULT_MAX_BODY_BYTES, load, trends
 from pipeline.errors import InsightsError, NothingToAnalyse
 
 EXIT_FAILED, EXIT_USAGE, EXIT_EMPTY = 1, 2, 3
-# The packages of the `insights` extra (pyproject.toml), which serving never needs.
-INSIGHTS_EXTRA = ("pyspark", "pyarrow", "pandas")
+# What each command needs of the `insights` extra (pyproject.toml), which serving never needs: export writes
+# records through pyarrow only; insights runs Spark.
+NEEDS = {"insights": ("pyspark", "pyarrow", "pandas"), "export": ("pyarrow",)}
 
 
 def missing_extra(command: str) -> bool:
-    """Says, in one line, how to install the `insights` extra when one of its packages is missing."""
-    missing = [name for name in INSIGHTS_EXTRA if importlib.util.find_spec(name) is None]
+    """Says, in one line, how to install the `insights` extra when a package `command` needs is missing."""
+    missing = [name for name in NEEDS[command] if importlib.util.find_spec(name) is None]
     if missing:
         _say(
             command,
-            f"needs the insights extra ({', '.join(missing)} not installed): "
-            "pip install 'charon-queue[insights]' (or make insights)",
+            f"needs the insights extra ({', '.join(missing)} not installed): run `make insights`, or "
+            "`pip install -e '.[insights]'` in Charon's checkout (the image: its `insights` target)",
         )
     return bool(missing)
 

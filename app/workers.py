@@ -92,13 +92,13 @@ METRICS_PREFIX = "charon-metrics-"  # then the supervisor's PID
 
 def share_metrics(workers: int | None) -> str | None:
     """With several processes (`workers`, else CHARON_WORKERS, above one; or a notifier process of its own,
-    CHARON_NOTIFICATIONS__PROCESS), point prometheus-client at a new private directory (mode 0700, empty) for
-    every process of this `charon serve`, removed when it exits; before anything imports prometheus-client,
-    which decides then where values live. A PROMETHEUS_MULTIPROC_DIR already set is not used: another
-    service's files there would be added to ours. A service killed with -9 cannot remove its directory: the
-    next one to start removes those whose service is gone (the directory's name holds its PID). With one
-    process, values stay in memory: counting a request costs a third as much (bench/README.md, "What GET
-    /metrics costs")."""
+    CHARON_NOTIFICATIONS__PROCESS without __EXTERNAL), point prometheus-client at a new private directory
+    (mode 0700, empty) for every process of this `charon serve`, removed when it exits; before anything
+    imports prometheus-client, which decides then where values live. A PROMETHEUS_MULTIPROC_DIR already set is
+    not used: another service's files there would be added to ours. A service killed with -9 cannot remove its
+    directory: the next one to start removes those whose service is gone (the directory's name holds its PID).
+    With one process, values stay in memory: counting a request costs a third as much (bench/README.md, "What
+    GET /metrics costs")."""
     os.environ.pop(METRICS_DIR, None)
     from app.settings import Settings
 
@@ -108,7 +108,9 @@ def share_metrics(workers: int | None) -> str | None:
         return None
     if workers is None:
         workers = settings.workers
-    if workers <= 1 and not settings.notifications.process:
+    # a notifier child process (not with an external one) is a second process whose values must add up
+    child_notifier = settings.notifications.process and not settings.notifications.external
+    if workers <= 1 and not child_notifier:
         return None
     _remove_stale(Path(tempfile.gettempdir()))
     path = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")

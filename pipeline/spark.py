@@ -71,7 +71,7 @@ def check_java() -> None:
         )
         raise InsightsError(
             f"Spark 4 needs Java {MIN_JAVA} or newer ({found}). On Debian/Ubuntu: "
-            "sudo apt-get install openjdk-17-jre-headless (make install does it when run as root)."
+            "sudo apt-get install openjdk-17-jre-headless (make insights does it when run as root)."
         )
 
 
@@ -180,7 +180,7 @@ def probe_executors(spark: SparkSession) -> None:
     driver = f"{sys.version_info.major}.{sys.version_info.minor}"
     fix = (
         f"set PYSPARK_PYTHON to a Python {driver} with Charon's packages on every worker (e.g. the "
-        "virtualenv's bin/python made by make install)"
+        "virtualenv's bin/python made by make insights)"
     )
     try:
         found = set(context.parallelize(range(n), n).map(_probe).collect())

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import CLIENT_ID
 from tests.receivers import HttpReceiver, notification_env
@@ -126,3 +127,14 @@ def test_with_an_external_notifier_serve_delivers_nothing_and_charon_notify_does
             notifier.terminate()
             notifier.wait(15)
         service.stop()
+
+
+def test_charon_notify_alone_needs_the_store_the_api_uses(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Alone, without CHARON_STORAGE_URI, it would start an embedded store no API writes to: refused."""
+    from app.cli import main
+
+    monkeypatch.delenv("CHARON_STORAGE_URI", raising=False)
+    assert main(["notify"]) == 2
+    assert "set CHARON_STORAGE_URI" in capsys.readouterr().err

@@ -107,8 +107,17 @@ def active(*profiles: str, **env: str) -> dict[str, dict[str, Any]]:
 
 
 def published(service: dict[str, Any]) -> dict[int, int]:
-    """Host port -> container port (Compose 1.29 and 2 both print the long syntax)."""
-    return {int(p["published"]): int(p["target"]) for p in service.get("ports", [])}
+    """Host port -> container port, each published on 127.0.0.1 only (noauth serves any project). Compose
+    1.29 prints a port with a host address as `127.0.0.1:8888:8888/tcp`, Compose 2 in the long syntax."""
+    ports: dict[int, int] = {}
+    for p in service.get("ports", []):
+        if isinstance(p, str):
+            host_ip, host, target = p.split("/")[0].split(":")
+        else:
+            host_ip, host, target = p.get("host_ip", ""), p["published"], p["target"]
+        assert host_ip == "127.0.0.1", f"port {p} is published on every interface"
+        ports[int(host)] = int(target)
+    return ports
 
 
 def mounts(service: dict[str, Any]) -> Iterator[tuple[str, str, str]]:

@@ -144,12 +144,15 @@ def test_each_image_target_installs_from_its_copied_files_and_serves(
         charon.stop()
     # python -P: the virtualenv's packages only, not the working directory's
     imported = subprocess.run(
-        [str(python), "-P", "-c", "import app, pipeline; print(app.__file__)"], capture_output=True, text=True
+        [str(python), "-P", "-c", "import app, pipeline.spark as s; print(app.__file__, s.LOG4J2.is_file())"],
+        capture_output=True,
+        text=True,
     )
     assert str(tmp_path / "venv") in imported.stdout
+    assert imported.stdout.split()[-1] == "True"  # the Spark driver's logging set-up is installed too
     if target == "service":  # without the [insights] extra: the one-line message, exit 2
         assert analysed.returncode == 2
-        assert "pip install 'charon-queue[insights]'" in analysed.stderr
+        assert "make insights" in analysed.stderr
         assert len(analysed.stderr.strip().splitlines()) == 1
     else:  # the extra is there: the command runs, and fails on the unreachable store (1), not on the extra
         assert analysed.returncode == 1, analysed.stderr

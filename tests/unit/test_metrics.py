@@ -118,6 +118,9 @@ def test_charon_serve_shares_metrics_between_its_processes_only(
     one = Path(share_metrics(None) or "")
     assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(one)
     shutil.rmtree(one)
+    monkeypatch.setenv("CHARON_NOTIFICATIONS__EXTERNAL", "true")  # the notifier runs elsewhere: one process
+    assert share_metrics(None) is None
+    monkeypatch.delenv("CHARON_NOTIFICATIONS__EXTERNAL")
     gone = tmp_path / "charon-metrics-999999999-x"  # a PID no process has
     gone.mkdir()
     kept = tmp_path / f"charon-metrics-{os.getpid()}-x"
