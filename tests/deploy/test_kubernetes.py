@@ -89,6 +89,15 @@ def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return list(spec.get("initContainers", [])) + list(spec["containers"])
 
 
+def environments(
+    objects: list[dict[str, Any]],
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, tuple[str, str]]]]:
+    """(workload, its pod template, a container, that container's environment) for every container."""
+    for obj, template in pods(objects):
+        for container in containers(template["spec"]):
+            yield obj, template, container, environment(objects, container)
+
+
 def is_charon(template: dict[str, Any]) -> bool:
     return bool(template["metadata"]["labels"].get("app.kubernetes.io/name") == "charon")
 
@@ -327,12 +336,10 @@ def test_each_overlay_names_its_store(overlay: str, scheme: str) -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_host_and_port_come_only_from_the_configmap(overlay: str) -> None:
     objects = rendered(overlay)
-    for obj, template in pods(objects):
-        for container in containers(template["spec"]):
-            env = environment(objects, container)
-            for name in ("CHARON_HOST", "CHARON_PORT"):
-                if is_charon(template) or name in env:
-                    assert env[name][1] == "ConfigMap/charon-config", (obj["metadata"]["name"], name)
+    for obj, template, _, env in environments(objects):
+        for name in ("CHARON_HOST", "CHARON_PORT"):
+            if is_charon(template) or name in env:
+                assert env[name][1] == "ConfigMap/charon-config", (obj["metadata"]["name"], name)
     api = api_container(objects)
     assert int(environment(objects, api)["CHARON_PORT"][0]) == port_number(api, "http") == PORT
 
@@ -341,13 +348,11 @@ def test_host_and_port_come_only_from_the_configmap(overlay: str) -> None:
 def test_every_variable_a_container_names_is_defined(overlay: str) -> None:
     """An undefined $(VAR) reaches the process as it is written (`--port $(CHARON_PORT)`)."""
     objects = rendered(overlay)
-    for obj, template in pods(objects):
-        for container in containers(template["spec"]):
-            env = environment(objects, container)
-            words = command_line(container) + [e["value"] for e in container.get("env", []) if "value" in e]
-            for word in words:
-                for name in VAR.findall(word):
-                    assert name in env, f"{obj['metadata']['name']}: $({name}) is not defined"
+    for obj, _, container, env in environments(objects):
+        words = command_line(container) + [e["value"] for e in container.get("env", []) if "value" in e]
+        for word in words:
+            for name in VAR.findall(word):
+                assert name in env, f"{obj['metadata']['name']}: $({name}) is not defined"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
