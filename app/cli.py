@@ -59,14 +59,12 @@ def serve(args: argparse.Namespace) -> int:
             flush=True,
         )
     workers = args.workers or settings.workers
-    app = APP
+    # the workers' app delivers; API_APP leaves it to a notifier process, this one's or one run apart
+    app = APP if settings.notifications.in_workers else API_APP
     supervised = None
-    if settings.notifications.external:
-        app = API_APP  # `charon notify` runs apart and delivers
-    elif settings.notifications.process:
+    if settings.notifications.own_process:
         from app.notify import Supervised
 
-        app = API_APP  # the workers deliver nothing: the notifier process does
         parent = str(os.getpid())
         supervised = Supervised([sys.executable, "-m", "app.cli", "notify", "--nice", "--parent", parent])
         supervised.start()

@@ -108,9 +108,7 @@ def share_metrics(workers: int | None) -> str | None:
         return None
     if workers is None:
         workers = settings.workers
-    # a notifier child process (not with an external one) is a second process whose values must add up
-    child_notifier = settings.notifications.process and not settings.notifications.external
-    if workers <= 1 and not child_notifier:
+    if workers <= 1 and not settings.notifications.own_process:
         return None
     _remove_stale(Path(tempfile.gettempdir()))
     path = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")

@@ -79,3 +79,13 @@ class NotificationSettings(BaseModel):
         description="The From address of a notification mail whose subscription options give no `from`.",
     )
     smtp_timeout: float = Field(10.0, gt=0, le=300, description="Seconds sending one mail may take in all.")
+
+    @property
+    def own_process(self) -> bool:
+        """Whether `charon serve` starts a notifier process of its own beside its workers."""
+        return self.process and not self.external
+
+    @property
+    def in_workers(self) -> bool:
+        """Whether the API workers deliver, in their own event loops."""
+        return not self.process and not self.external
