@@ -101,9 +101,14 @@ def connection_error(exc: Exception, *, sent: bool) -> errors.StorageUnavailable
 
 
 def closed_transport(exc: BaseException) -> bool:
-    """Whether `exc` is uvloop's RuntimeError for a write on a connection the server has closed (where
-    asyncio's own loop raises a ConnectionError; MagicStack/uvloop#506): nothing of the command was sent."""
-    return isinstance(exc, RuntimeError) and "handler is closed" in str(exc)
+    """Whether `exc` is a write on a connection already closed, raised as something else than a
+    ConnectionError, before any byte of the command went out: uvloop's RuntimeError for a transport the server
+    closed (asyncio's own loop raises a ConnectionError; MagicStack/uvloop#506), or redis-py's AttributeError
+    for a connection another task disconnected between connecting it and writing on it (seen on a Redis
+    Cluster in failover, as redis-py re-maps the slots; redis/redis-py#4287 is its kin)."""
+    if isinstance(exc, RuntimeError):
+        return "handler is closed" in str(exc)
+    return isinstance(exc, AttributeError) and "'NoneType' object has no attribute 'writelines'" in str(exc)
 
 
 def before_sending(exc: Exception) -> bool:
@@ -129,7 +134,7 @@ async def unavailable_as_domain_error(*, write: bool = False) -> AsyncIterator[N
         # be reached while the client maps them, redirections past redis-py's bound; raised before the
         # command runs anywhere
         raise errors.StorageUnavailable(f"The Redis Cluster cannot serve this now ({exc}).") from None
-    except RuntimeError as exc:
+    except (RuntimeError, AttributeError) as exc:
         if not closed_transport(exc):
             raise
         raise connection_error(exc, sent=False) from None
@@ -403,21 +408,30 @@ class ScriptRunner:
 
 async def _send(conn: Any, command: bytes) -> None:
     """`command` sent on `conn`; a closed connection raises ConnectionError whichever event loop runs."""
-    try:
+    async with _closed_as_connection_error(conn):
         await conn.send_packed_command(command)
-    except RuntimeError as exc:
-        if not closed_transport(exc):
-            raise
-        await conn.disconnect(nowait=True)
-        raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
 
 
 async def _connected(conn: Any) -> None:
     """Connect `conn` if it is not: through its class's connect(), which for a Sentinel-managed connection
     asks the sentinels where the primary is now (sending on an unconnected one would reconnect to the address
-    it had, or to redis-py's default, without asking)."""
+    it had, or to redis-py's default, without asking). A server that closes it during the handshake (a
+    primary going down) raises ConnectionError."""
     if not conn.is_connected:
-        await conn.connect()
+        async with _closed_as_connection_error(conn):
+            await conn.connect()
+
+
+@asynccontextmanager
+async def _closed_as_connection_error(conn: Any) -> AsyncIterator[None]:
+    """A write on `conn` after it was closed, whichever event loop runs, as the ConnectionError it is."""
+    try:
+        yield
+    except (RuntimeError, AttributeError) as exc:
+        if not closed_transport(exc):
+            raise
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
 
 
 def _closed(conn: Any) -> bool:

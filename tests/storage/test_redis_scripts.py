@@ -4,6 +4,7 @@ bound on script connections and its wait (the layout: test_layout.py)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 import redis.asyncio as aioredis
@@ -14,7 +15,7 @@ from core.clock import ManualClock
 from core.errors import StorageUnavailable
 from core.models import QueueRef, RedriveSpec, TaskId
 from storage.redis.keys import ProjectKeys, full_scan_key, touched_key
-from storage.redis.runner import Script, ScriptRunner, pack_evalsha
+from storage.redis.runner import Script, ScriptRunner, pack_evalsha, unavailable_as_domain_error
 from storage.redis.scripts import ReadAhead
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
@@ -45,6 +46,32 @@ async def test_calls_go_on_after_the_server_closes_the_kept_connections(
     for n in range(5):
         await post(redis_store, Q, n)
     assert (await redis_store.stats(Q)).total == 10
+
+
+async def test_a_command_whose_connection_another_task_closed_is_unavailable_and_did_not_run(
+    redis_url: str,
+) -> None:
+    """On a Redis Cluster in failover, redis-py re-maps the slots and closes connections that a command has
+    taken but not yet written on; the command then met AttributeError ('NoneType' object has no attribute
+    'writelines'), answered 500 in a CI run. It is StorageUnavailable (a 503: nothing was done), as the
+    command never ran. Here another task closes the connection at that moment, on one server."""
+    client = aioredis.Redis.from_url(redis_url, socket_timeout=5, single_connection_client=True)
+    key = f"t{uuid.uuid4().hex}:n"
+    try:
+        await client.ping()
+
+        async def incr() -> int:
+            async with unavailable_as_domain_error(write=True):
+                return int(await client.incr(key))
+
+        assert client.connection is not None
+        outcome, _ = await asyncio.gather(
+            incr(), client.connection.disconnect(nowait=True), return_exceptions=True
+        )
+        assert type(outcome) is StorageUnavailable, outcome
+        assert await client.get(key) is None
+    finally:
+        await client.aclose()
 
 
 async def test_full_scan_repairs_a_lost_touched_mark(
