@@ -265,7 +265,9 @@ def create_app(
     )
     declared += metrics_route.router.routes
     app.router.routes += metrics_route.router.routes
-    access_log = app.state.access_log = AccessLog() if settings.access_log else None
+    access_log = app.state.access_log = (
+        AccessLog(text=settings.log_format == "text") if settings.access_log else None
+    )
     app.add_middleware(RequestLog, log=access_log, metrics=HttpMetrics())
     app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by
     tracer = None

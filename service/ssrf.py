@@ -123,12 +123,15 @@ def parse_mailto(uri: str) -> Mailto:
     return Mailto(address, subject)
 
 
-def check_subscriber(uri: str, limits: Limits, *, allowed_networks: Sequence[Network] = ()) -> str:
+def check_subscriber(
+    uri: str, limits: Limits, *, allowed_networks: Sequence[Network] = (), mail: bool = True
+) -> str:
     """Validate a subscriber URI given to create or change a subscription, without I/O: http, https or
-    mailto; at most limits.max_subscriber_length characters; an http(s) URI has a host, no user:password@
-    and a port in range; a mailto: URI is what `parse_mailto` takes; an IP-literal host in a refused network
-    (see `refusal`; private networks are allowed) is refused unless in `allowed_networks`. A host name is
-    only checked when a notification is delivered. Returns `uri`; raises InvalidInput naming `subscriber`."""
+    mailto (only when `mail`: the service has an SMTP server to send through); at most
+    limits.max_subscriber_length characters; an http(s) URI has a host, no user:password@ and a port in
+    range; a mailto: URI is what `parse_mailto` takes; an IP-literal host in a refused network (see
+    `refusal`; private networks are allowed) is refused unless in `allowed_networks`. A host name is only
+    checked when a notification is delivered. Returns `uri`; raises InvalidInput naming `subscriber`."""
     if not isinstance(uri, str) or not uri:
         raise InvalidInput(f"{FIELD} must be a non-empty string (an http, https or mailto URI).")
     if len(uri) > limits.max_subscriber_length:
@@ -153,6 +156,11 @@ def check_subscriber(uri: str, limits: Limits, *, allowed_networks: Sequence[Net
         )
     if scheme == "mailto":
         parse_mailto(uri)
+        if not mail:
+            raise InvalidInput(
+                f"A mailto: {FIELD} needs an SMTP server to send through, and this service has none: its "
+                "operator sets CHARON_NOTIFICATIONS__SMTP_HOST (every delivery would otherwise be given up)."
+            )
         return uri
     if "@" in parts.netloc:
         raise InvalidInput(f"{FIELD} must not carry a user name or password (user:password@host).")

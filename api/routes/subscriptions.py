@@ -62,8 +62,9 @@ def _options(options: dict[str, Any], limits: Limits) -> dict[str, Any]:
 
 
 def _subscriber(uri: str, limits: Limits, request: Request) -> str:
-    allowed = request.app.state.settings.notifications.allowed_networks
-    return check_subscriber(uri, limits, allowed_networks=allowed)
+    notifications = request.app.state.settings.notifications
+    allowed, mail = notifications.allowed_networks, bool(notifications.smtp_host)
+    return check_subscriber(uri, limits, allowed_networks=allowed, mail=mail)
 
 
 def _ttl(ttl: int, limits: Limits) -> int:

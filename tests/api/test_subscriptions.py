@@ -19,6 +19,14 @@ Q = "/v2/queues/orders"
 HOOK = "https://hooks.example.com/charon"
 
 
+@pytest.fixture
+def settings() -> Settings:
+    """A service with an SMTP server configured (mailto: subscribers are refused without one; no test here
+    delivers)."""
+    mail = NotificationSettings(smtp_host="mail.example")
+    return Settings(storage_uri="redis://unused", notifications=mail)
+
+
 async def subscribe(client: httpx.AsyncClient, body: dict[str, Any], queue: str = Q) -> str:
     r = await client.post(f"{queue}/subscriptions", json=body)
     assert r.status_code == 201, r.text
@@ -220,6 +228,26 @@ async def test_with_confirmation_required_the_subscriber_cannot_change(
         assert (await client.get(f"{Q}/subscriptions/{sid}")).json()["subscriber"] == HOOK
         r = await client.patch(f"{Q}/subscriptions/{sid}", json={"subscriber": HOOK, "ttl": 600})
         assert r.status_code == 204  # the same subscriber is no change
+    await app.state.deliverer.aclose()
+    await app.state.long_polls.aclose()
+
+
+async def test_a_mailto_subscriber_without_an_smtp_server_is_400_naming_the_setting(
+    store: Store, clock: ManualClock
+) -> None:
+    """Accepted, every delivery to it would be given up: refused, on create and on change, naming what the
+    operator sets; webhooks are still taken."""
+    app = create_app(Settings(storage_uri="redis://unused"), store=store, clock=clock)
+    async with api_client(app) as client:
+        r = await client.post(f"{Q}/subscriptions", json={"subscriber": "mailto:ops@example.com"})
+        assert r.status_code == 400, r.text
+        assert "CHARON_NOTIFICATIONS__SMTP_HOST" in r.json()["description"]
+        sid = await subscribe(client, {"subscriber": HOOK})
+        r = await client.patch(f"{Q}/subscriptions/{sid}", json={"subscriber": "mailto:ops@example.com"})
+        assert r.status_code == 400, r.text
+        assert "CHARON_NOTIFICATIONS__SMTP_HOST" in r.json()["description"]
+        listed = (await client.get(f"{Q}/subscriptions")).json()["subscriptions"]
+        assert [x["subscriber"] for x in listed] == [HOOK]
     await app.state.deliverer.aclose()
     await app.state.long_polls.aclose()
 
