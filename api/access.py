@@ -8,7 +8,8 @@ another length, the header twice) is replaced by a fresh `req-<uuid4>` and never
 (the app's handlers), the router's own 404 and 405, HEAD, a long poll's 204, and a bug's 500, which is
 answered here with the app's handler for `Exception` (then logged once, with the id, by that handler).
 
-The access log (CHARON_ACCESS_LOG, on by default) is one JSON line a request on the `charon.access` logger:
+The access log (CHARON_ACCESS_LOG, on by default) is one JSON line a request (or with CHARON_LOG_FORMAT=text,
+a text line: `AccessLog(text=True)`) on the `charon.access` logger:
 when it came (UTC, ms), its id, the identity's project (None for public routes and refused requests), the
 method, the route template (never the raw path; None when no route matches), the status, the time taken, the
 body bytes sent and the client's address (`AccessLog`, which says how the lines are written).
@@ -61,6 +62,12 @@ def sent_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
     if found is None or len(found) != 40 or WELL_FORMED.fullmatch(found) is None:
         return None
     return found.decode("ascii")
+
+
+def utc_millis(when: float) -> str:
+    """`when` (a time.time()) in UTC to the millisecond, as every log line has it: 2026-11-28T02:36:37.363Z"""
+    second = int(when)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(second))}.{int((when - second) * 1000):03d}Z"
 
 
 def request_id_of(scope: Scope) -> str | None:
@@ -163,7 +170,8 @@ class AccessLog:
     FLUSH_S = 0.1
     MAX_PENDING = 512
 
-    def __init__(self) -> None:
+    def __init__(self, *, text: bool = False) -> None:
+        self.text = text  # `time INFO charon.access: request_id project method route status ms bytes client`
         self.logger = logger = logging.getLogger(ACCESS_LOGGER)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
@@ -231,6 +239,12 @@ class AccessLog:
         if second != self._second:  # the date and time to the second, formatted once a second
             self._second = second
             self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        if self.text:
+            millis = int((began - second) * 1000)
+            return (
+                f"{self._stamp}.{millis:03d}Z INFO {ACCESS_LOGGER}: {rid} {project or '-'} {method} "
+                f"{route or '-'} {status or '-'} {took_ns // 1000 / 1000}ms {size}B {client or '-'}"
+            )
         fields: dict[str, Any] = {
             "time": f"{self._stamp}.{int((began - second) * 1000):03d}Z",
             "request_id": rid,

@@ -1,21 +1,44 @@
-"""`charon serve` runs the service; `charon openapi` prints the published API as YAML; `charon insights`
-analyses dead letters with PySpark and `charon export` writes a DLQ as JSON Lines (pipeline/, the
-`insights` extra: make insights)."""
+"""`charon serve` runs the service; `charon config` prints the effective settings; `charon openapi` prints
+the published API as YAML; `charon insights` analyses dead letters with PySpark and `charon export` writes a
+DLQ as JSON Lines (pipeline/, the `insights` extra: make insights).
+
+Every subcommand reads the same settings (app/settings.py: CHARON_* variables over an optional TOML file,
+`--config`), and stops with exit 2 on an unknown CHARON_ variable or an invalid value first."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import socket
 import sys
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
-from app.settings import Settings
+from app import logs
+from app.settings import CONFIG_FILE_VARIABLE, Settings, sources, unknown_variables
 from core.errors import CharonError
 
 APP = "app.main:create_app"
 API_APP = "app.main:api_app"
+EPILOG = "Every setting is a CHARON_* environment variable (or a key of the --config file): `charon config`."
+
+log = logging.getLogger("charon")
+
+
+def load(command: str) -> Settings | None:
+    """The settings, or None once what is wrong with them is said on stderr (the caller exits 2)."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except (ValidationError, ValueError) as exc:
+        print(
+            f"charon {command}: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True
+        )
+        return None
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -23,20 +46,23 @@ def serve(args: argparse.Namespace) -> int:
 
     share_metrics(args.workers or None)  # first: before anything imports prometheus-client
     import uvicorn
-    from pydantic import ValidationError
 
     from app.embedded import EmbeddedRedis
     from app.main import authenticator
     from core.clock import SystemClock
 
+    settings = load("serve")
+    if settings is None:
+        return 2
     try:
-        settings = Settings()
         authenticator(
             settings, SystemClock()
         )  # the policy file and the auth settings, before anything starts
-    except (ValidationError, ValueError) as exc:
-        print(f"charon: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
+    except ValueError as exc:
+        print(f"charon serve: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
         return 2
+    level = args.log_level or settings.log_level
+    logs.configure(settings.log_format, level)
     embedded = None
     if settings.store_uri() is None:
         # Started here, once, so that every worker process shares the one embedded store.
@@ -44,19 +70,18 @@ def serve(args: argparse.Namespace) -> int:
         try:
             os.environ["CHARON_STORAGE_URI"] = embedded.start()
         except CharonError as exc:
-            print(f"charon: {exc}", file=sys.stderr, flush=True)
+            log.error("%s", exc)
             return 1
-        print(f"charon: embedded redis-server at {embedded.uri} (AOF in {embedded.data_dir})", flush=True)
+        log.info("embedded redis-server at %s (AOF in %s)", embedded.uri, embedded.data_dir)
     # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets `finally` stop
     # the embedded store.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     host, port = args.host or settings.host, args.port or settings.port
     if settings.auth == "noauth" and not _is_loopback(host):
-        print(
-            f"charon: WARNING: serving on {host} with CHARON_AUTH=noauth: any caller can act in any project "
-            "by naming it in X-Project-ID. Use CHARON_AUTH=keystone (or trusted-proxy behind a gateway).",
-            file=sys.stderr,
-            flush=True,
+        log.warning(
+            "serving on %s with CHARON_AUTH=noauth: any caller can act in any project by naming it in "
+            "X-Project-ID. Use CHARON_AUTH=keystone (or trusted-proxy behind a gateway).",
+            host,
         )
     workers = args.workers or settings.workers
     # the workers' app delivers; API_APP leaves it to a notifier process, this one's or one run apart
@@ -72,7 +97,8 @@ def serve(args: argparse.Namespace) -> int:
         "host": host,
         "port": port,
         "workers": workers,
-        "log_level": args.log_level,
+        "log_level": level,
+        "log_config": logs.config(settings.log_format, level),
         "access_log": False,
         "timeout_graceful_shutdown": settings.shutdown_timeout,
     }
@@ -92,14 +118,10 @@ def serve(args: argparse.Namespace) -> int:
 
 def notify(args: argparse.Namespace) -> int:
     """A notifier and nothing else (app/notify.py), against the configured store."""
-    from pydantic import ValidationError
-
     from app import notify as notifying
 
-    try:
-        settings = Settings()
-    except (ValidationError, ValueError) as exc:
-        print(f"charon: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
+    settings = load("notify")
+    if settings is None:
         return 2
     if args.parent is None and settings.store_uri() is None:
         # alone it would start an embedded store of its own, which no API writes to
@@ -139,12 +161,27 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def config(_: argparse.Namespace) -> int:
+    """The effective settings, one a line: the variable, the value (secrets masked), where it came from."""
+    settings = load("config")
+    if settings is None:
+        return 2
+    rows = [(s.variable, value, where) for s, value, where in sources(settings)]
+    width = max(len(name) for name, _, _ in rows)
+    for name, value, where in rows:
+        print(f"{name:<{width}}  {value}  ({where})")
+    return 0
+
+
 def policy(_: argparse.Namespace) -> int:
     """The default policy, as a policy file an operator starts from (every rule commented out, as
     oslopolicy-sample-generator writes it)."""
     from api.policy import rule_defaults
 
-    for rule in rule_defaults(Settings().admin_role):
+    settings = load("policy")
+    if settings is None:
+        return 2
+    for rule in rule_defaults(settings.admin_role):
         description = getattr(rule, "description", None)
         if description:
             print(f"# {description}")
@@ -164,29 +201,47 @@ def openapi(_: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="charon", description=__doc__)
+    parser = argparse.ArgumentParser(prog="charon", description=__doc__, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"charon {version('charon-queue')}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"a TOML file of settings ({CONFIG_FILE_VARIABLE}); the CHARON_* environment overrides it",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("serve", help="run the HTTP API (uvicorn)")
-    p.add_argument("--host")
-    p.add_argument("--port", type=int)
-    p.add_argument("--workers", type=int)
-    p.add_argument("--log-level", default="info")
+
+    def command(name: str, about: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=about, description=about, epilog=EPILOG, parents=[common])
+
+    p = command("serve", "run the HTTP API (uvicorn)")
+    p.add_argument("--host", help="the address to bind (CHARON_HOST, default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="the port to bind (CHARON_PORT, default 8888)")
+    p.add_argument("--workers", type=int, help="worker processes (CHARON_WORKERS, default 1)")
+    p.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        help="the least severe log lines written (CHARON_LOG_LEVEL, default info)",
+    )
     p.set_defaults(func=serve)
-    p = sub.add_parser(
-        "notify", help="deliver notifications to subscribers (what `charon serve` runs beside its workers)"
+    p = command(
+        "notify", "deliver notifications to subscribers (what `charon serve` runs beside its workers)"
     )
     p.add_argument("--nice", action="store_true", help="lower the CPU priority by CHARON_NOTIFICATIONS__NICE")
     p.add_argument("--parent", type=int, help=argparse.SUPPRESS)  # charon serve's PID: exit when it does
     p.set_defaults(func=notify)
-    sub.add_parser("openapi", help="print the OpenAPI document as YAML").set_defaults(func=openapi)
-    sub.add_parser(
-        "policy", help="print the default policy rules (a policy file to start from)"
-    ).set_defaults(func=policy)
+    command("config", "print the effective settings and where each came from (secrets masked)").set_defaults(
+        func=config
+    )
+    command("openapi", "print the OpenAPI document as YAML").set_defaults(func=openapi)
+    command("policy", "print the default policy rules (a policy file to start from)").set_defaults(
+        func=policy
+    )
     # app/insights.py (and pipeline/ under it) is imported only when one of its commands runs: nothing on
     # the serving path imports pipeline/ (tests/unit/test_packaging.py).
     words = sys.argv[1:] if argv is None else argv
-    analyse = sub.add_parser("insights", help="why messages died: a PySpark job over dead letters")
-    export = sub.add_parser("export", help="a DLQ's messages as JSON Lines, with their provenance")
+    analyse = command("insights", "why messages died: a PySpark job over dead letters")
+    export = command("export", "a DLQ's messages as JSON Lines, with their provenance")
     if next((w for w in words if not w.startswith("-")), None) in ("insights", "export"):
         from app import insights
 
@@ -195,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         insights.add_export_arguments(export)
         export.set_defaults(func=insights.run_export)
     args = parser.parse_args(argv)
+    if args.config:  # for this process and those it starts (workers, the notifier)
+        os.environ[CONFIG_FILE_VARIABLE] = str(Path(args.config).resolve())
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        for problem in unknown:
+            print(f"charon {args.command}: {problem}", file=sys.stderr, flush=True)
+        return 2
     result: int = args.func(args)
     return result
 

@@ -76,6 +76,21 @@ class EmbeddedRedis:
     def uri(self) -> str:
         return f"unix://{self.socket}"
 
+    @staticmethod
+    def running(data_dir: Path) -> str | None:
+        """The URI of the embedded store a `charon serve` runs under `data_dir` now, if one answers there."""
+        socket = Path(data_dir) / "redis.sock"
+        if not socket.is_socket():
+            return None
+        client = redis.Redis(unix_socket_path=str(socket), socket_timeout=2)
+        try:
+            client.ping()
+        except (redis.exceptions.RedisError, OSError):
+            return None
+        finally:
+            client.close()
+        return f"unix://{socket.resolve()}"
+
     def start(self, timeout: float = 10.0) -> str:
         exe = shutil.which(self.binary)
         if exe is None:

@@ -75,24 +75,36 @@ def bounded(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def store_of(args: argparse.Namespace) -> load.DeadLetterStore | None:
+def store_of(args: argparse.Namespace, command: str) -> load.DeadLetterStore:
     """The store the service would open (with CHARON_POOLING, every pool of its catalogue), --namespace in
-    place of its setting; --storage-uri names one store, read as it is, pooling or not. None when none is
-    configured (the service would start an embedded one)."""
+    place of its setting; --storage-uri names one store, read as it is, pooling or not. With none configured,
+    the embedded store a `charon serve` runs under CHARON_DATA_DIR (its unix socket), said on stderr."""
     try:
         settings = Settings()
-    except ValidationError as e:
+    except (ValidationError, ValueError) as e:
         raise InsightsError(f"the CHARON_ settings are not valid: {e}") from None
     namespace = args.namespace or settings.namespace
     if args.storage_uri:
         return load.DeadLetterStore(args.storage_uri, namespace)
     uri = settings.store_uri()
-    return None if uri is None else load.DeadLetterStore(uri, namespace, pooled=settings.pooling)
+    if uri is not None:
+        return load.DeadLetterStore(uri, namespace, pooled=settings.pooling)
+    from app.embedded import EmbeddedRedis
+
+    uri = EmbeddedRedis.running(settings.data_dir)
+    if uri is None:
+        raise InsightsError(
+            f"no store is configured (CHARON_STORAGE_URI) and no `charon serve` runs an embedded one under "
+            f"{settings.data_dir.resolve()} (CHARON_DATA_DIR): say where the dead letters are with "
+            "--storage-uri URI" + (", or --input FILE.jsonl" if command == "insights" else "")
+        )
+    _say(command, f"reading the embedded store of `charon serve` at {uri}")
+    return load.DeadLetterStore(uri, namespace)
 
 
 STORAGE_URI_HELP = (
     "read this one store (default: the service's: CHARON_STORAGE_URI, or with CHARON_POOLING every pool of "
-    "the catalogue in CHARON_MANAGEMENT_URI)"
+    "the catalogue in CHARON_MANAGEMENT_URI, else the embedded store `charon serve` runs in CHARON_DATA_DIR)"
 )
 NAMESPACE_HELP = "key/collection prefix (default: CHARON_NAMESPACE or charon)"
 
@@ -175,12 +187,7 @@ def run_insights(args: argparse.Namespace) -> int:
         scope = trends.scope(args.project, args.queues)
         store, extents = None, []
         if not args.input:  # the store is probed before Spark starts
-            store = store_of(args)
-            if store is None:
-                raise InsightsError(
-                    "say where the dead letters are: --storage-uri URI (or CHARON_STORAGE_URI), "
-                    "or --input FILE.jsonl"
-                )
+            store = store_of(args, "insights")
             extents = load.dead_letter_queues(store, args.project, args.queues)
         if local_out is not None:
             try:
@@ -307,9 +314,7 @@ def run_export(args: argparse.Namespace) -> int:
     from pipeline.export import write_lines
 
     try:
-        store = store_of(args)
-        if store is None:
-            raise InsightsError("say which store: --storage-uri URI (or CHARON_STORAGE_URI)")
+        store = store_of(args, "export")
         extents = load.dead_letter_queues(store, args.project, args.queues)
         out: BinaryIO = sys.stdout.buffer if args.out == "-" else Path(args.out).open("wb")  # noqa: SIM115
         try:

@@ -14,10 +14,10 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
+from app import logs
 from app.settings import Settings
 from core.clock import SystemClock
 
@@ -111,7 +111,7 @@ def main(settings: Settings, *, nice: bool, parent: int | None) -> int:
             return 0
     if nice and settings.notifications.nice:
         os.nice(settings.notifications.nice)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s:     %(name)s: %(message)s")
+    logs.configure(settings.log_format, settings.log_level)
     asyncio.run(notify(settings, parent))
     return 0
 
@@ -142,7 +142,7 @@ class Supervised:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                print(f"charon: the notifier process exited ({code}); starting another", file=sys.stderr)  # noqa: T201
+                log.warning("the notifier process exited (%s); starting another", code)
                 self._process = subprocess.Popen(self._argv)  # noqa: S603 - as in start()
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -1,11 +1,31 @@
-"""All configuration, from the environment (prefix CHARON_). Built in create_app()/the CLI, not at import."""
+"""All configuration: the environment (prefix CHARON_, `__` into nested groups), over an optional TOML file
+(CHARON_CONFIG_FILE, `charon --config`), over the defaults. Built in create_app()/the CLI, not at import.
+
+Names are checked: an unknown CHARON_ variable (`unknown_variables`) or key of the file (`ConfigFile`) is
+refused with the nearest real name, but not the variables Kubernetes injects for a Service named `charon`
+(`service_link`), which are ignored. `sources` says where each setting's value came from (`charon config`)."""
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from api.auth import AuthMode
 from api.keystone import KeystoneSettings
@@ -62,8 +82,66 @@ class MetricsSettings(BaseModel):
         return None if isinstance(value, str) and not value.strip() else value
 
 
+PREFIX = "CHARON_"
+CONFIG_FILE_VARIABLE = "CHARON_CONFIG_FILE"
+# names under CHARON_ that are not settings and never will be, left alone: the test suite's
+# (tests/conftest.py), and those of the deployment files (deploy/keystone, docker-compose.yml, the image's
+# build argument), which a shell that runs them may export
+NOT_SETTINGS = (
+    "CHARON_TEST_",
+    "CHARON_FUZZ_",
+    "CHARON_SERVICE_USER",
+    "CHARON_SERVICE_PASSWORD",
+    "CHARON_SERVICE_PROJECT",
+    "CHARON_PUBLIC_URL",
+    "CHARON_UID",
+)
+# what Kubernetes injects into a pod for each Service of its namespace (enableServiceLinks), for a Service
+# named charon (or charon-...): CHARON_SERVICE_HOST, CHARON_SERVICE_PORT[_<port name>], CHARON_PORT=tcp://...,
+# CHARON_PORT_8888_TCP[_PROTO|_PORT|_ADDR]
+SERVICE_LINK = re.compile(
+    r"CHARON(_[A-Z0-9_]+?)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
+)
+SERVICE_LINK_URL = re.compile(r"(tcp|udp|sctp)://[^/]*:[0-9]+")
+
+
+def service_link(name: str, value: str | None) -> bool:
+    """Whether the variable `name` is one Kubernetes made for a Service (not a setting of Charon's)."""
+    name = name.upper()
+    if SERVICE_LINK.fullmatch(name):
+        return True
+    return name.endswith("_PORT") and value is not None and SERVICE_LINK_URL.fullmatch(value) is not None
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CHARON_", env_nested_delimiter="__", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_nested_delimiter="__", extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """What the service reads, first wins: the arguments (tests), the environment (without Kubernetes'
+        service links), the config file named by CHARON_CONFIG_FILE; no .env file, no secrets directory."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, Environment(settings_cls)]
+        path = os.environ.get(CONFIG_FILE_VARIABLE)
+        if path:
+            sources.append(ConfigFile(settings_cls, Path(path)))
+        return tuple(sources)
+
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description="The format of every log line on stderr (the access lines, the service's, uvicorn's, the "
+        "notifier's, the sweeper's): `json`, one object a line (time, level, logger, message, and "
+        "`exception` with its traceback; the access lines have their own fields), or `text` for a terminal.",
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="The least severe log lines written (`charon serve --log-level` overrides it)."
+    )
 
     storage_uri: str | None = Field(
         None,
@@ -258,3 +336,153 @@ class Settings(BaseSettings):
                 "request carries a pre-signed URL"
             )
         return self
+
+
+class Environment(EnvSettingsSource):
+    """The CHARON_ environment, without the variables Kubernetes injects for a Service named charon
+    (CHARON_PORT=tcp://10.0.0.1:8888 would otherwise be read as the port to bind)."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k: v for k, v in super()._load_env_vars().items() if not service_link(k, v)}
+
+
+class ConfigFile(InitSettingsSource):
+    """The TOML config file: top-level keys are the settings' names (`storage_uri = "redis://..."`), tables
+    their groups (`[metrics]` `max_queues = 100`). A missing, unreadable or unknown-keyed file is refused."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        self.path = path
+        try:
+            with path.open("rb") as f:
+                data = tomllib.load(f)
+        except OSError as e:
+            raise ValueError(f"the config file {path} cannot be read: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"the config file {path} is not TOML: {e}") from None
+        unknown = unknown_keys(data)
+        if unknown:
+            raise ValueError(f"the config file {path}: {'; '.join(unknown)}")
+        super().__init__(settings_cls, data)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as a user names it: `path` its keys (("metrics", "max_queues")), `variable` its
+    environment variable (CHARON_METRICS__MAX_QUEUES), `field` its declaration."""
+
+    path: tuple[str, ...]
+    field: FieldInfo
+
+    @property
+    def variable(self) -> str:
+        return PREFIX + "__".join(self.path).upper()
+
+    @property
+    def key(self) -> str:
+        """Its name in the config file: `metrics.max_queues` (a key of table [metrics])."""
+        return ".".join(self.path)
+
+
+def group_of(field: FieldInfo) -> type[BaseModel] | None:
+    """The model of a field that is a group of settings (`metrics`, `limits`, ...), else None."""
+    kind = field.annotation
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+
+
+def settings(model: type[BaseModel] = Settings, path: tuple[str, ...] = ()) -> Iterator[Setting]:
+    """Every setting of `model`, groups flattened into their members, in declaration order."""
+    for name, field in model.model_fields.items():
+        group = group_of(field)
+        if group is not None:
+            yield from settings(group, (*path, name))
+        else:
+            yield Setting((*path, name), field)
+
+
+def _groups(model: type[BaseModel] = Settings, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, field in model.model_fields.items():
+        group = group_of(field)
+        if group is not None:
+            yield (*path, name)
+            yield from _groups(group, (*path, name))
+
+
+def _suggest(name: str, names: list[str], prefix: str = "") -> str:
+    """`name` is unknown, and which of `names` is nearest, compared without their common `prefix`."""
+    nearest = difflib.get_close_matches(name.removeprefix(prefix), [n.removeprefix(prefix) for n in names], 1)
+    hint = f"did you mean {prefix}{nearest[0]}?" if nearest else "`charon config` lists every setting"
+    return f"unknown setting {name} ({hint})"
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """What is wrong with the CHARON_ variables of `environ`: one message for each that names no setting
+    (a typo would otherwise leave the setting at its default, silently), with the nearest real name."""
+    known = {s.variable for s in settings()} | {PREFIX + "__".join(g).upper() for g in _groups()}
+    known.add(CONFIG_FILE_VARIABLE)
+    names = sorted(known)
+    return [
+        _suggest(name.upper(), names, PREFIX)
+        for name, value in sorted(environ.items())
+        if name.upper().startswith(PREFIX)
+        and name.upper() not in known
+        and not name.upper().startswith(NOT_SETTINGS)
+        and not service_link(name, value)
+    ]
+
+
+def unknown_keys(data: Mapping[str, Any], model: type[BaseModel] = Settings, path: str = "") -> list[str]:
+    """What is wrong with the keys of a config file's `data`: one message for each that names no setting."""
+    out = []
+    names = list(model.model_fields)
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            out.append(_suggest(path + key, [path + n for n in names], path))
+            continue
+        group = group_of(field)
+        if group is not None and isinstance(value, Mapping):
+            out += unknown_keys(value, group, f"{path}{key}.")
+    return out
+
+
+def masked(setting: Setting, value: Any) -> str:
+    """`value` as `charon config` shows it: secrets as ***, a URI's password as ***."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, SecretStr):
+        return "***" if value.get_secret_value() else ""
+    text = str(value.value if hasattr(value, "value") else value)
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            text = urlunsplit(parts._replace(netloc=netloc))
+    return text
+
+
+def sources(values: Settings, environ: Mapping[str, str] | None = None) -> Iterator[tuple[Setting, str, str]]:
+    """Each setting, the value `values` has (masked), and where it came from: `environment`, `file PATH`
+    (CHARON_CONFIG_FILE), or `default`."""
+    environ = os.environ if environ is None else environ
+    present = {k.upper() for k, v in environ.items() if not service_link(k, v)}
+    path = environ.get(CONFIG_FILE_VARIABLE)
+    data: dict[str, Any] = {}
+    if path:
+        with Path(path).open("rb") as f:
+            data = tomllib.load(f)
+    for setting in settings():
+        value: Any = values
+        for key in setting.path:
+            value = getattr(value, key)
+        # a group may come whole, as JSON: CHARON_METRICS='{"max_queues": 5}'
+        prefixes = {PREFIX + "__".join(setting.path[:i]).upper() for i in range(1, len(setting.path) + 1)}
+        where = "default"
+        if prefixes & present:
+            where = "environment"
+        else:
+            node: Any = data
+            for key in setting.path:
+                node = node.get(key) if isinstance(node, Mapping) else None
+            if node is not None:
+                where = f"file {path}"
+        yield setting, masked(setting, value), where

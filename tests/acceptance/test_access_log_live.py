@@ -45,7 +45,8 @@ def test_serve_logs_json_lines_to_stderr_and_no_uvicorn_access_line(
     assert "Application startup complete" in text  # uvicorn's INFO lines are shown: its access lines would be
     # uvicorn's access line (on stdout): 127.0.0.1:port - "POST /v2/queues/logged/messages HTTP/1.1" 201
     assert 'HTTP/1.1"' not in out + text
-    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in text.splitlines()]  # every line: CHARON_LOG_FORMAT is json
+    lines = [line for line in lines if "request_id" in line]  # the access lines
     by_id = {line["request_id"]: line for line in lines}
     line = by_id[posted.headers["X-OpenStack-Request-Id"]]
     assert line["route"] == "/v2/queues/{queue_name}/messages"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.servers import free_port
+from tests.servers import free_port, spawn
 
 
 @pytest.mark.parametrize(
@@ -21,7 +22,7 @@ def test_noauth_on_a_network_address_is_warned_about(
 ) -> None:
     port = free_port()
     env = dict(os.environ, CHARON_STORAGE_URI=redis_url, CHARON_AUTH=auth, CHARON_NAMESPACE="warned")
-    proc = subprocess.Popen(
+    proc = spawn(
         [
             sys.executable,
             "-m",
@@ -51,4 +52,9 @@ def test_noauth_on_a_network_address_is_warned_about(
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=15)
-    assert ("WARNING: serving on 0.0.0.0 with CHARON_AUTH=noauth" in stderr) is warned, stderr
+    warnings = [json.loads(line) for line in stderr.splitlines()]  # CHARON_LOG_FORMAT is json
+    said = [
+        w for w in warnings if w.get("message", "").startswith("serving on 0.0.0.0 with CHARON_AUTH=noauth")
+    ]
+    assert bool(said) is warned, stderr
+    assert all(w["level"] == "WARNING" for w in said)

@@ -20,6 +20,7 @@ from pipeline.errors import InsightsError
 from pipeline.spark import LOG4J2, check_java
 from tests.pipeline.conftest import DeadLetters
 from tests.pipeline.test_insights import from_files, written
+from tests.servers import CharonProcess
 
 pytestmark = pytest.mark.timeout(300)
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,11 +77,32 @@ def test_empty_dead_letter_queues(capsys: pytest.CaptureFixture[str], redis_url:
     assert "no messages in queue(s) orders.dlq of project 'p'" in err
 
 
-def test_no_store_given(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_store_given(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("CHARON_STORAGE_URI", raising=False)
+    monkeypatch.setenv("CHARON_DATA_DIR", str(tmp_path))  # where no `charon serve` runs
     code, err = run_charon(capsys, "insights")
     assert code == 1
     assert "--storage-uri" in err
+    assert "CHARON_DATA_DIR" in err
+
+
+def test_without_a_store_given_the_embedded_store_of_a_running_service_is_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`make run` serves on an embedded redis-server behind a unix socket under ./data: export and insights
+    find it there, as the service would, and say so (redis://127.0.0.1:6379 reaches nothing)."""
+    monkeypatch.delenv("CHARON_STORAGE_URI", raising=False)
+    monkeypatch.setenv("CHARON_DATA_DIR", str(tmp_path))
+    service = CharonProcess(None, data_dir=tmp_path).start()
+    try:
+        code, err = run_charon(capsys, "export", "--queue", "orders.dlq", "--project", "p")
+    finally:
+        service.stop()
+    assert f"reading the embedded store of `charon serve` at unix://{tmp_path / 'redis.sock'}" in err, err
+    assert code == 3
+    assert "no messages in queue(s) orders.dlq of project 'p'" in err
 
 
 def test_missing_java_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
