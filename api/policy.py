@@ -19,6 +19,7 @@ from core.errors import PolicyDenied
 
 UNPROTECTED = ""  # Zaqar's: any caller the authentication let in (projects are kept apart by the store)
 ADMIN = "role:{admin}"  # Zaqar's ROLE_ADMIN, with the operator's admin role (CHARON_ADMIN_ROLE)
+ANYONE = "@"  # oslo.policy's "always": under it the API docs ask no credentials (api/routes/docs.py)
 
 Q = "/v2/queues/{queue_name}"
 
@@ -99,6 +100,14 @@ RULES: tuple[tuple[str, str, str, str, str], ...] = (
     ("redrive:get_all", UNPROTECTED, "GET", f"{Q}/redrive", "List a DLQ's redrive tasks (EXT)."),
     ("redrive:get", UNPROTECTED, "GET", f"{Q}/redrive/{{task_id}}", "Get a redrive task (EXT)."),
     ("redrive:delete", UNPROTECTED, "DELETE", f"{Q}/redrive/{{task_id}}", "Cancel a redrive task (EXT)."),
+    (
+        "docs:get",
+        ANYONE,
+        "GET",
+        "/docs",
+        "Read the API documentation: Swagger UI (/docs), ReDoc (/redoc) and their assets (EXT; without "
+        "credentials while the rule lets anyone in: api/routes/docs.py).",
+    ),
 )
 
 # Routes no rule guards: they answer without credentials (the version document, ping, the probes, the API
@@ -175,6 +184,10 @@ class Policy:
 
     def check_str(self, rule: str) -> str:
         return str(self._enforcer.rules[rule])
+
+    def lets_anyone_in(self, rule: str) -> bool:
+        """Whether `rule` is "always" (`@`, or an empty check), so a caller need not say who it is."""
+        return self.check_str(rule) == ANYONE
 
     def allows(self, rule: str, project: str | None, user: str | None, roles: Iterable[str]) -> bool:
         key = (rule, project, user, *roles)

@@ -12,7 +12,7 @@ query parameter it does not take before anything else runs, and reads the values
 its query model (api/params.py): a plain route before its endpoint runs, a FastAPI route where its endpoint's
 parameters list the model. Its OpenAPI operation is FastAPI's, written from the same declaration: path
 parameters from the path, query parameters from the model. A plain route is documented by an APIRoute that
-serves nothing (`PlainRoute.doc`).
+serves nothing (`PlainRoute.doc`). Either kind's operation id is named after its policy rule (`operation_id`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,20 @@ def route_rule(method: str, path: str, openapi_extra: dict[str, Any] | None) -> 
 
 def documents_rule(rule: str | None, openapi_extra: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**(openapi_extra or {}), RULE_KEY: rule} if rule else openapi_extra
+
+
+def operation_id(route: APIRoute) -> str:
+    """A route's operationId, what a generated client names its function: the name of its policy rule, a
+    name operators' policy files already use and so one that does not change (`queues:get_all` ->
+    `queues_list`, `claims:create` -> `claims_create`); a public route's is its endpoint's (`ping`). Unique
+    as long as no two documented routes share a rule (tests/api/test_openapi.py)."""
+    assert route.methods, "an APIRoute has its methods"
+    (method,) = route.methods
+    rule = route_rule(method, route.path_format, route.openapi_extra)
+    if rule is None:
+        return route.name
+    resource, _, action = rule.partition(":")
+    return f"{resource}_{'list' if action == 'get_all' else action}"
 
 
 class Route(APIRoute):
@@ -138,10 +152,11 @@ class PlainRoute(StarletteRoute):
 
 
 class Router(APIRouter):
-    """An APIRouter whose FastAPI routes are `Route`s, and which declares plain routes too."""
+    """An APIRouter whose FastAPI routes are `Route`s, named by `operation_id`, and which declares plain
+    routes too."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(route_class=Route, **kwargs)
+        super().__init__(route_class=Route, generate_unique_id_function=operation_id, **kwargs)
 
     def plain(
         self,
@@ -169,6 +184,7 @@ class Router(APIRouter):
                 tags=list(self.tags),
                 responses={**self.responses, **(responses or {})},
                 openapi_extra=documents_rule(rule, operation_parameters(path, model, openapi_extra)),
+                generate_unique_id_function=operation_id,
                 **operation,
             )
             self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc, rule=rule, guard=guard))

@@ -24,7 +24,7 @@ from api.head import HeadAsGet
 from api.keystone import TokenValidator
 from api.metrics import HttpMetrics
 from api.policy import Policy
-from api.routes import admin, claims, health, messages, queues, redrive, subscriptions
+from api.routes import admin, claims, docs, health, messages, queues, redrive, subscriptions
 from api.routes import metrics as metrics_route
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
@@ -264,7 +264,7 @@ def create_app(
         sweeping=settings.sweep_interval > 0,
     )
     declared += metrics_route.router.routes
-    app.router.routes += metrics_route.router.routes
+    app.router.routes += metrics_route.router.routes + docs.router.routes  # /docs, /redoc: not documented
     access_log = app.state.access_log = (
         AccessLog(text=settings.log_format == "text") if settings.access_log else None
     )

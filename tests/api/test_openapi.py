@@ -5,7 +5,10 @@ import uuid
 from pathlib import Path
 
 import yaml
+from fastapi.routing import APIRoute
+from fastapi.utils import generate_unique_id
 
+from api.routing import documented
 from app.main import create_app
 from app.settings import Settings
 
@@ -66,7 +69,7 @@ def test_readme_documents_every_setting() -> None:
 def test_every_operation_in_openapi_yaml_is_guarded_by_a_registered_policy_rule() -> None:
     """Each operation names its oslo.policy rule (x-policy-rule), the rule is one the service registers, and
     every registered operation rule guards something; only the public ones (version document, ping) have
-    none."""
+    none. (docs:get guards the documentation pages, which are not operations: test_docs.py.)"""
     from api.policy import PUBLIC, rule_defaults
 
     registered = {rule.name for rule in rule_defaults("admin")}
@@ -82,8 +85,29 @@ def test_every_operation_in_openapi_yaml_is_guarded_by_a_registered_policy_rule(
                 named.add(rule)
     assert set(unguarded) <= PUBLIC
     assert {("GET", "/"), ("GET", "/v2/ping")} <= set(unguarded)
-    operation_rules = registered - {"context_is_admin", "admin_or_owner", "health:get_detailed"}
+    operation_rules = registered - {"context_is_admin", "admin_or_owner", "health:get_detailed", "docs:get"}
     assert operation_rules - named == set()
+
+
+def test_every_operation_id_is_unique_snake_case_and_named_by_its_policy_rule() -> None:
+    """What a generated client names its functions (api/routing.py operation_id): `queues_list` for
+    queues:get_all, a public route's endpoint name (`ping`); never FastAPI's own form
+    (`list_queues_v2_queues_get`), which changes with the endpoint's name and path."""
+    spec = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
+    app = create_app(Settings(storage_uri="redis://unused"))
+    fastapi_ids = {generate_unique_id(r) for r in documented(app.router.routes) if isinstance(r, APIRoute)}
+    ids = []
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            op_id, rule = operation["operationId"], operation.get("x-policy-rule")
+            ids.append(op_id)
+            assert re.fullmatch(r"[a-z]+(_[a-z]+)*", op_id), (method, path, op_id)
+            assert op_id not in fastapi_ids, (method, path, op_id)  # nor, by the pattern, any path in it
+            if rule is not None:
+                assert op_id == rule.replace(":get_all", ":list").replace(":", "_"), (method, path, op_id)
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert {"queues_list", "queues_create", "messages_create", "messages_list", "claims_create"} <= set(ids)
+    assert {"claims_get", "claims_delete", "ping", "versions"} <= set(ids)
 
 
 def test_every_reference_in_openapi_yaml_resolves() -> None:
