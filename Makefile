@@ -11,7 +11,7 @@ KS_VENV    := .venv-keystone
 KS_STAMP   := $(KS_VENV)/.installed
 KEYSTONE   ?= keystone==30.0.0
 
-.PHONY: install system-deps redis-server java insights run test test-fast lint fmt typecheck openapi bench clean
+.PHONY: install system-deps redis-server java insights run test test-fast lint fmt typecheck openapi docs insights-report-png bench clean
 
 install: $(STAMP) $(KS_STAMP)
 
@@ -48,11 +48,14 @@ java:
 	fi
 
 # What the tests need beside Java: redis-server (whatever CHARON_STORAGE_URI says), promtool (Debian's prometheus) checks and unit-tests
-# deploy/prometheus/alerts.yml; docker-compose (1.29, no daemon needed) validates docker-compose.yml's profiles.
+# deploy/prometheus/alerts.yml; docker-compose (1.29, no daemon needed) validates docker-compose.yml's profiles;
+# curl and jq run the docs' examples.
 system-deps: java
 	$(call apt-package,redis-server,command -v redis-server,the tests start their own redis-server)
 	$(call apt-package,prometheus,command -v promtool,or put Prometheus' promtool on PATH)
 	$(call apt-package,docker-compose,command -v docker-compose,or any Compose implementation with `config`)
+	$(call apt-package,curl,command -v curl,the docs' examples run with it: tests/docs/test_examples.py)
+	$(call apt-package,jq,command -v jq,the docs' examples capture ids with it)
 
 $(SERVE_STAMP): pyproject.toml | redis-server
 	$(PY) -m venv $(VENV)
@@ -106,5 +109,17 @@ test-fast: install
 openapi: install
 	$(BIN)/charon openapi > openapi.yaml
 
+# The docs site (mkdocs.yml, docs/) into site/; docs/configuration.md is generated from app/settings.py first.
+docs: $(STAMP)
+	$(BIN)/python -m app.settings_doc > docs/configuration.md
+	$(BIN)/mkdocs build --strict
+
+# docs/insights-report.png: the top of docs/example/report.html (what `charon insights` writes), as headless
+# Chromium (Debian's chromium, via apt-get when root) draws it. Remake it when the report's look changes.
+insights-report-png:
+	$(call apt-package,chromium,command -v chromium,or any Chromium on PATH as chromium)
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1240,1500 \
+	  --screenshot=$(CURDIR)/docs/insights-report.png file://$(CURDIR)/docs/example/report.html
+
 clean:
-	rm -rf $(VENV) $(KS_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(KS_VENV) .pytest_cache .mypy_cache .ruff_cache site

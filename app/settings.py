@@ -300,7 +300,7 @@ class Settings(BaseSettings):
     access_log: bool = Field(
         True,
         description="One JSON line a request on stderr (logger `charon.access`: time, request_id, project, "
-        "method, route template, status, duration_ms, bytes, client; README: Logs and request ids). false "
+        "method, route template, status, duration_ms, bytes, client; docs/operations.md: Logs). false "
         "turns it off; every answer still carries its X-OpenStack-Request-Id.",
     )
     tracing: bool = Field(

@@ -50,7 +50,7 @@ class Limits(BaseModel):
         description="Most messages a claim or a pop takes (Zaqar's max_messages_per_claim_or_pop), and the "
         "most `ids` a bulk delete takes when that is more than max_messages_per_page (so a claim can be "
         "acknowledged in one call). Larger claims cost fewer requests a message, but a consumer that dies "
-        "holds more messages until the claim expires (README: Consuming in batches).",
+        "holds more messages until the claim expires (docs/consuming.md).",
     )
     default_messages_per_page: int = Field(10, description="Page size when `limit` is not given.")
     default_messages_per_claim: int = Field(10, description="Claim size when `limit` is not given.")

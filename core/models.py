@@ -45,7 +45,7 @@ class Idempotency:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Provenance of a dead-lettered message (ARCHITECTURE.md §3 promise 6)."""
+    """Provenance of a dead-lettered message (docs/contract.md promise 6)."""
 
     source_queue: str
     reason: DeadLetterReason

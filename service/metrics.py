@@ -1,6 +1,6 @@
 """The service's Prometheus metrics (prometheus-client): the objects the code updates as it works, in one
 registry of their own. GET /metrics (api/routes/metrics.py) exposes them with the series read from the
-store when it is scraped (service/gauges.py); README.md "Metrics" says what each series means.
+store when it is scraped (service/gauges.py); docs/operations.md "Metrics" says what each series means.
 
 Several processes: `charon serve --workers N` (N > 1) points PROMETHEUS_MULTIPROC_DIR at a private
 directory before any worker starts (app/workers.py), and prometheus-client, which looks at it when it is

@@ -3,7 +3,7 @@
 Every method takes a `QueueRef` (project + queue name) first and keyword-only arguments after it. Time comes
 from the Clock the driver was built with. Drivers raise only `core.errors` classes: `StorageUnavailable`
 when the backend cannot be reached, the others as each method says. The API layer never calls two store
-methods where a crash between them could break a promise of ARCHITECTURE.md §3.
+methods where a crash between them could break a promise of docs/contract.md.
 
 Queues are lazy, as in Zaqar v2: a queue that was never created reads as empty (no metadata, zero stats,
 nothing to list or claim), and posting to it creates it.
@@ -356,7 +356,7 @@ class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, SubscriptionStor
         """Bring every queue whose next claim or message expiry has come up to now, in every project.
 
         An expired claim ends here, and a message that used up its claims moves to its DLQ (or is discarded)
-        now, not when the queue is next used (ARCHITECTURE.md §3 promise 7). Safe to run from any number of
+        now, not when the queue is next used (docs/contract.md promise 7). Safe to run from any number of
         processes at once: each queue's step is atomic, so no message is moved twice. With `lease_ms`, the
         call does the work only if it wins the store-wide lease for that long (else returns None), so many
         API processes share the load instead of repeating it. Returns the number of queues visited.

@@ -1,5 +1,6 @@
-"""The series README.md's "Metrics" table documents: what GET /metrics is held to (tests/api/test_metrics.py)
-and what the alert rules and the dashboard may name (tests/unit/test_monitoring.py)."""
+"""The series docs/operations.md's "Metrics" table documents: what GET /metrics is held to
+(tests/api/test_metrics.py) and what the alert rules and the dashboard may name
+(tests/unit/test_monitoring.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 ROW = re.compile(r"^\| `(charon_\w+)` \| (counter|gauge|histogram) \|([\w, ]*)\| .+ \|$", re.M)
 SUFFIXES = {"counter": ("",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
 

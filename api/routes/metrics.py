@@ -62,7 +62,7 @@ class _Families:
     "/metrics",
     guard=authorize_scrape,
     response_class=PlainTextResponse,
-    summary="Prometheus metrics: queues, dead letters, HTTP, sweeper, redrive, notifier (README: Metrics)",
+    summary="Prometheus metrics: queues, dead letters, HTTP, sweeper, redrive, notifier (docs/operations.md)",
     description="Prometheus' text format (OpenMetrics when the `Accept` header asks for it): per queue "
     "(labels project and queue) messages ready, claimed and delayed, the oldest message's age and the "
     "dead-letter counters; requests by route template, method and status with their latency; the "

@@ -1,4 +1,4 @@
-"""Dead-letter moves and the per-queue housekeeping that triggers them (ARCHITECTURE.md §3).
+"""Dead-letter moves and the per-queue housekeeping that triggers them (docs/contract.md).
 
 The move of one message is one update_one of its document: `q` becomes the DLQ, it gets its DLQ marker and
 the provenance in the same write, so a crash leaves the message in exactly one queue (promise 1). Into a DLQ

@@ -37,7 +37,7 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             Written in the same transaction as what owes them (outbox.py).
 
 A message lives in exactly one queue: moving it to a DLQ is one update_one of its `q` (and the DLQ fields),
-so no crash can leave it in two queues or none (ARCHITECTURE.md §3 promise 1). Into a DLQ with subscriptions,
+so no crash can leave it in two queues or none (docs/contract.md promise 1). Into a DLQ with subscriptions,
 that update_one and the inserts of its deliveries are one transaction (outbox.py).
 """
 

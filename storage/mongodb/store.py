@@ -1,6 +1,6 @@
 """MongoStore: the Store protocol on MongoDB, through PyMongo's async API (AsyncMongoClient).
 
-Layout and indexes: schema.py. Each operation is atomic where ARCHITECTURE.md §3 needs it:
+Layout and indexes: schema.py. Each operation is atomic where docs/contract.md needs it:
 - a claim sets the claim and increments the claim count in one update per message, conditioned on the
   message still being claimable, so no message is ever held by two live claims (promise 5);
 - a dead-letter move is one update_one of the message (moves.py, promise 1);

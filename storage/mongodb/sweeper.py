@@ -1,4 +1,4 @@
-"""The background sweep on MongoDB (ARCHITECTURE.md §3 promise 7) and the lease for it."""
+"""The background sweep on MongoDB (docs/contract.md promise 7) and the lease for it."""
 
 from __future__ import annotations
 

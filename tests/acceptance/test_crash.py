@@ -1,4 +1,4 @@
-"""Crash safety of dead-lettering (ARCHITECTURE.md §3 promise 1), with a live service on each driver: a
+"""Crash safety of dead-lettering (docs/contract.md promise 1), with a live service on each driver: a
 claim-and-release storm is interrupted by `kill -9` of the service twice, at random moments; the service
 restarts and the storm finishes. On Redis the service runs its embedded store (AOF on), which dies and
 restarts with it; on MongoDB the service dies while the database lives on. Afterwards, read straight from

@@ -1,5 +1,6 @@
-"""Dead-letter queues through the HTTP API: the walk-through of the README, provenance on every read,
-the validation of the reserved keys (DLQ cycles included), and the sweeper running inside the app."""
+"""Dead-letter queues through the HTTP API: the walk-through of docs/dead-letter-queues.md, provenance on
+every read, the validation of the reserved keys (DLQ cycles included), and the sweeper running inside the
+app."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """GET /metrics on a live app (its lifespan running the sweeper), on every store: after real traffic (posts,
 claims until dead-lettered, a reject, an expiry through the ManualClock and a sweep, a discard, a redrive)
-every series README.md documents is there, nothing else named charon_ is, the per-queue values are what the
-store's stats say, no project's series name another's queues; the cardinality cap; who may scrape."""
+every series docs/operations.md documents is there, nothing else named charon_ is, the per-queue values are
+what the store's stats say, no project's series name another's queues; the cardinality cap; who may
+scrape."""
 
 from __future__ import annotations
 

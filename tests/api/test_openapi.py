@@ -31,41 +31,6 @@ def test_schema_documents_every_route_and_the_dead_letter_field() -> None:
     assert {"PostMessagesIn", "ClaimIn", "PatchOp"} <= set(schemas)
 
 
-def test_readme_documents_every_setting() -> None:
-    """README's configuration table has a row per setting with the default and description the code has."""
-    from api.keystone import KeystoneSettings
-    from app.settings import MetricsSettings
-    from core.limits import Limits
-    from service.delivery import NotificationSettings
-
-    def shown(value: object) -> str:
-        return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-    readme = (SPEC.parent / "README.md").read_text(encoding="utf-8")
-    rows = [
-        f"| `CHARON_{name.upper()}` | `{shown(f.default)}` | {f.description} |"
-        for name, f in Settings.model_fields.items()
-        if name not in ("limits", "keystone", "notifications", "metrics")
-    ]
-    rows += [
-        f"| `CHARON_KEYSTONE__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
-        for name, f in KeystoneSettings.model_fields.items()
-    ]
-    rows += [
-        f"| `CHARON_LIMITS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
-        for name, f in Limits.model_fields.items()
-    ]
-    rows += [
-        f"| `CHARON_NOTIFICATIONS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
-        for name, f in NotificationSettings.model_fields.items()
-    ]
-    rows += [
-        f"| `CHARON_METRICS__{name.upper()}` | `{shown(f.default)}` | {f.description} |"
-        for name, f in MetricsSettings.model_fields.items()
-    ]
-    assert [row for row in rows if row not in readme] == []
-
-
 def test_every_operation_in_openapi_yaml_is_guarded_by_a_registered_policy_rule() -> None:
     """Each operation names its oslo.policy rule (x-policy-rule), the rule is one the service registers, and
     every registered operation rule guards something; only the public ones (version document, ping) have

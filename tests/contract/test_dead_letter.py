@@ -1,4 +1,4 @@
-"""Dead-lettering in the claim path (ARCHITECTURE.md §3): the basics every driver must do atomically."""
+"""Dead-lettering in the claim path (docs/contract.md): the basics every driver must do atomically."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The background sweep (ARCHITECTURE.md §3 promise 7): a message whose last allowed claim expires moves to
+"""The background sweep (docs/contract.md promise 7): a message whose last allowed claim expires moves to
 its DLQ then, without anyone touching the source queue again, and concurrent sweeps never move one twice."""
 
 from __future__ import annotations

@@ -21,12 +21,11 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
-from pydantic import ValidationError
 from pymongo.uri_parser import parse_uri
 from redis.connection import parse_url
 
 from api.routes import health
-from app.settings import Settings
+from app.settings import Settings, unknown_variables
 from storage.redis.store import cluster_options
 from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES
 
@@ -35,8 +34,8 @@ KUSTOMIZE_ROOT = ROOT / "deploy" / "kubernetes"
 BASE = KUSTOMIZE_ROOT / "base"
 # overlay -> the scheme of its CHARON_STORAGE_URI
 OVERLAYS = {"redis": "redis", "redis-cluster": "redis+cluster", "mongodb": "mongodb"}
-# The oldest Kubernetes the manifests are for (README: the preStop `sleep` action is on by default from
-# 1.30), and the newest kubernetes-validate knows.
+# The oldest Kubernetes the manifests are for (deploy/kubernetes/README.md: the preStop `sleep` action is on
+# by default from 1.30), and the newest kubernetes-validate knows.
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 PORT = 8888
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"}
@@ -222,10 +221,16 @@ def test_no_pod_gets_service_links(overlay: str) -> None:
         assert template["spec"].get("enableServiceLinks") is False, obj["metadata"]["name"]
 
 
-def test_a_service_link_would_stop_charon() -> None:
-    """Why: the Service `charon` would give every pod CHARON_PORT=tcp://..., read by Charon as its port."""
-    with pytest.raises(ValidationError, match="port"):
-        settings_of({"CHARON_PORT": ("tcp://10.96.0.12:8888", "service link")})
+def test_a_service_link_is_not_read_as_a_setting() -> None:
+    """Belt and braces: where service links are left on (another manifest, a Helm chart), the Service
+    `charon` gives every pod CHARON_PORT=tcp://..., which Charon once read as its port, and failed."""
+    links = {
+        "CHARON_PORT": ("tcp://10.96.0.12:8888", "service link"),
+        "CHARON_PORT_8888_TCP_ADDR": ("10.96.0.12", "service link"),
+        "CHARON_SERVICE_HOST": ("10.96.0.12", "service link"),
+    }
+    assert settings_of(links).port == PORT
+    assert unknown_variables({name: value for name, (value, _) in links.items()}) == []
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

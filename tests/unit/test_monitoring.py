@@ -1,7 +1,7 @@
 """deploy/prometheus and deploy/grafana: the alert rules pass `promtool check rules`, each alert fires on
 synthetic series (`promtool test rules alerts_test.yml`), and the rules and the dashboard name only series
-GET /metrics documents (README.md, "Metrics"). promtool comes with Debian's `prometheus` package, which
-`make system-deps` installs; missing, these tests fail (they are not skipped)."""
+GET /metrics documents (docs/operations.md, "Metrics"). promtool comes with Debian's `prometheus` package,
+which `make system-deps` installs; missing, these tests fail (they are not skipped)."""
 
 from __future__ import annotations
 

@@ -357,7 +357,7 @@ end
 
 -- Move message `id` of queue `name` to the policy's DLQ (returns 1), or discard it when the queue has no
 -- DLQ or the message is not DLQ-eligible (returns 0). One script, so a crash leaves it in exactly one queue
--- (ARCHITECTURE.md §3 promise 1). The moved message carries no claim, is claimable at once and gets a new
+-- (docs/contract.md promise 1). The moved message carries no claim, is claimable at once and gets a new
 -- marker in the DLQ. Its ttl there: the DLQ ttl if set (for reason 'expired': pol.expttl), else what was
 -- left of it. `rejection` ({reason, description}, '' = not given) is the consumer's text for 'rejected'.
 local DL_COUNTERS = {max_claims = 'n_dl_mc', expired = 'n_dl_exp', rejected = 'n_dl_rej'}

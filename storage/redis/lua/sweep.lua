@@ -3,7 +3,7 @@
 --       1 when a dead-letter move owed deliveries (lib.lua OUTBOX) else 0}
 -- The background sweeper's step for one project: every queue whose due time has come is brought up to
 -- now by housekeep() — an expired claim ends there, and a message that used up its claims moves to the
--- DLQ at that moment (ARCHITECTURE.md §3 promise 7) — then rescheduled for its next claim or message
+-- DLQ at that moment (docs/contract.md promise 7) — then rescheduled for its next claim or message
 -- expiry, or unscheduled. Each queue is one atomic step, so any number of sweepers (API processes) may
 -- run this at once: a message whose claim has already been ended is not in `claimed` any more, so no
 -- message is moved twice. housekeep() is bounded, so a queue with a backlog stays due and is visited again.
