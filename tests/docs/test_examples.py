@@ -5,8 +5,10 @@ next); its Python blocks each in a process of their own. curl fails the example 
 5xx), and a status a `# NNN` comment says a `-w '%{http_code}'` command prints must be printed. The store is
 emptied between pages.
 
-A block fenced ```bash {.norun} (or python) cannot run here: a server that runs until stopped, an external
-SMTP server or object store, Keystone's CLI; its page says why."""
+A block fenced ```bash {.keystone} (or python) runs against a live service in Keystone mode and the tests'
+real Keystone (OS_AUTH_URL, OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME name a user of project alpha), with
+CHARON_SIGNED_URL_KEY set. A block fenced {.norun} cannot run here: a server that runs until stopped, an
+external SMTP server or object store; its page says why."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.keystone import PASSWORD, KeystoneServer
 from tests.servers import CharonProcess
 
 pytestmark = pytest.mark.slow
@@ -33,9 +36,14 @@ FENCE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 RUNNABLE = {"bash": "bash", "sh": "bash", "shell": "bash", "python": "python"}
-# curl as the examples run it: quiet, but an HTTP error fails the command (and so the example)
+# curl as the examples run it: quiet, but an HTTP error fails the command (and so the example), unless it
+# prints the status (-w), whose `# NNN` comment then says what it must be
 PRELUDE = """set -euo pipefail
-curl() { command curl --silent --show-error --fail-with-body "$@"; echo >&2; }
+curl() {
+  case " $* " in *" -w "*|*" --write-out "*) command curl --show-error "$@" ;;
+                 *) command curl --show-error --fail-with-body "$@" ;; esac
+  echo >&2
+}
 """
 STATUS = re.compile(r"-w\s+'%\{http_code\}\\n'.*#\s*(\d{3})\b")
 
@@ -51,12 +59,13 @@ class Block:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
-def blocks(page: Path) -> Iterator[Block]:
-    """The runnable blocks of `page`, in order (a block fenced with {.norun} is not)."""
+def blocks(page: Path, kind: str = "") -> Iterator[Block]:
+    """The runnable blocks of `page` of `kind` ("" the plain ones, ".keystone"), in order; never {.norun}."""
     text = page.read_text()
     for m in FENCE.finditer(text):
         lang = RUNNABLE.get(m["lang"])
-        if lang is None or ".norun" in (m["attrs"] or ""):
+        attrs = m["attrs"] or ""
+        if lang is None or ".norun" in attrs or ((kind not in attrs) if kind else (".keystone" in attrs)):
             continue
         indent = len(m["indent"])
         code = "\n".join(line[indent:] for line in m["code"].splitlines())
@@ -93,13 +102,36 @@ def test_every_example_of_the_page_runs_as_written(
     env = dict(os.environ, BASE=service.url)
     env.pop("CHARON_STORAGE_URI", None)
     env["CHARON_DATA_DIR"] = str(data_dir)  # `charon export` finds the service's embedded store
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # `charon` as the virtualenv installs it
-    page_blocks = list(blocks(page))
+    run(list(blocks(page)), env, tmp_path)
+
+
+def test_the_keystone_examples_run_against_a_real_keystone(keystone: KeystoneServer, tmp_path: Path) -> None:
+    service_env = {
+        "CHARON_AUTH": "keystone",
+        "CHARON_KEYSTONE__AUTH_URL": keystone.url,
+        "CHARON_KEYSTONE__PASSWORD": PASSWORD,
+        "CHARON_SIGNED_URL_KEY": "docs-examples",
+    }
+    service = CharonProcess(None, data_dir=tmp_path / "data", env=service_env).start()
+    try:
+        env = dict(os.environ, BASE=service.url, OS_AUTH_URL=keystone.url, OS_USERNAME="alice")
+        env.update(OS_PASSWORD=PASSWORD, OS_PROJECT_NAME="alpha")
+        found = [b for page in PAGES for b in blocks(page, ".keystone")]
+        assert found, "no {.keystone} block: the Keystone examples are gone"
+        for page in PAGES:
+            run(list(blocks(page, ".keystone")), env, tmp_path)
+    finally:
+        service.stop()
+
+
+def run(page_blocks: list[Block], env: dict[str, str], cwd: Path) -> None:
+    """`page_blocks` as a user runs them: the bash ones in one shell, in order; each Python one alone."""
+    env = dict(env, PATH=f"{Path(sys.executable).parent}:{env['PATH']}")  # `charon` as the venv installs it
     shell = [b for b in page_blocks if b.lang == "bash"]
     if shell:
         script = PRELUDE + "\n".join(f"# {b}\n{b.code}" for b in shell)
         done = subprocess.run(
-            ["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+            ["bash", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
         )
         where = ", ".join(str(b) for b in shell)
         assert done.returncode == 0, (
@@ -111,12 +143,7 @@ def test_every_example_of_the_page_runs_as_written(
         assert not missing, f"{where}: the comments say {sorted(missing)}, never printed ({printed})"
     for block in (b for b in page_blocks if b.lang == "python"):
         done = subprocess.run(
-            [sys.executable, "-c", block.code],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
+            [sys.executable, "-c", block.code], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, f"{block} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
