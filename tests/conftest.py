@@ -10,8 +10,11 @@ the tests use a database `charon_test_<random>`, dropped at the end.
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from types import FrameType
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -32,13 +35,43 @@ from storage.redis.store import RedisStore
 from tests.keystone import KEYSTONE_VENV, KeystoneServer
 from tests.keystone import available as keystone_available
 from tests.receivers import HttpReceiver, SmtpReceiver
-from tests.servers import MongoServer, RedisCluster, RedisSentinels, RedisServer, ReplicatedRedisCluster
+from tests.servers import (
+    MongoServer,
+    RedisCluster,
+    RedisSentinels,
+    RedisServer,
+    ReplicatedRedisCluster,
+    reap,
+)
 
 PROJECT = "project-a"
 # SecantusDB is a Python server whose answers under the contract suite's load take seconds, far past what a
 # real mongod needs; its stores get this timeout (CHARON_STORAGE_TIMEOUT) instead of the default 5 s.
 SLOW_SERVER_TIMEOUT_S = 60.0
 CLIENT_ID = "3381af92-2b9e-11e3-b191-71861300734c"
+
+
+# --- An interrupted run stops its servers -------------------------------------------------------------------
+# SIGTERM, as SIGINT, ends the run through KeyboardInterrupt, so that the fixtures' teardown stops what they
+# started (by default SIGTERM kills pytest at once). SIGINT is honoured even when inherited ignored, as a
+# script's `make test &` starts it. Whatever teardown did not stop, reap() kills as the run ends.
+_PREVIOUS_HANDLERS: dict[signal.Signals, Any] = {}
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for sig, handler in ((signal.SIGTERM, _interrupt), (signal.SIGINT, signal.default_int_handler)):
+        _PREVIOUS_HANDLERS[sig] = signal.signal(sig, handler)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reap()
+    for sig, handler in _PREVIOUS_HANDLERS.items():
+        signal.signal(sig, handler)
+    _PREVIOUS_HANDLERS.clear()
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.servers import free_port
+from tests.servers import free_port, spawn
 
 KEYSTONE_VENV = Path(__file__).resolve().parents[1] / ".venv-keystone"
 KEYSTONE_MANAGE = KEYSTONE_VENV / "bin" / "keystone-manage"
@@ -191,12 +191,8 @@ enabled = false
         # and one path for every gunicorn of the user
         args += ["--no-control-socket", "charon_keystone_wsgi:application"]
         with open(self.dir / "gunicorn.log", "ab") as log:  # the child has its own copy
-            self.proc = subprocess.Popen(
-                args,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+            self.proc = spawn(
+                args, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -1,5 +1,9 @@
 """Real servers for the tests: a private redis-server and a MongoDB wire-protocol server (SecantusDB) on free
-loopback ports, and a live Charon process."""
+loopback ports, and a live Charon process.
+
+Every process a test or fixture starts that could outlive it (a server, a worker, a long CLI run) is started
+with spawn(): it leads a process group of its own, which reap() kills (tests/conftest.py calls it when the run
+ends, interrupted or not), and the kernel kills it when the run dies even by kill -9."""
 
 from __future__ import annotations
 
@@ -10,16 +14,73 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import redis
 
 from app.embedded import die_with_parent
+
+# --- Tethered processes -------------------------------------------------------------------------------------
+
+_SPAWNED: list[subprocess.Popen[Any]] = []
+
+
+def spawn(args: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+    """subprocess.Popen(args, **popen), tethered to the test run: the process leads a process group of its own
+    (so a terminal's Ctrl-C reaches only pytest, whose teardown stops it), which reap() kills with everything
+    the process started; and, started from the main thread, the kernel SIGKILLs it when the run dies."""
+    # PR_SET_PDEATHSIG fires when the thread that forked the child ends, not the process: a server started
+    # from a worker thread (asyncio.to_thread) would die with that thread, so it relies on reap() alone.
+    main = threading.current_thread() is threading.main_thread()
+    _SPAWNED[:] = [p for p in _SPAWNED if p.returncode is None]  # forget those waited for
+    proc = subprocess.Popen(args, process_group=0, preexec_fn=_die_with_the_run if main else None, **popen)
+    _SPAWNED.append(proc)
+    return proc
+
+
+def run(args: Sequence[str], *, timeout: float, **popen: Any) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(args, capture_output=True, text=True, timeout=timeout) through spawn(): a long command
+    in the foreground of a test (a fuzz run), whose whole process group is killed when the test is
+    interrupted or the command overruns `timeout` (then TimeoutExpired)."""
+    proc = spawn(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        _kill_group(proc)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def reap() -> None:
+    """SIGKILL the process group of every spawned process not waited for yet, and wait for it: what a
+    fixture's stop() did not end, as when the run is interrupted."""
+    for proc in _SPAWNED:
+        _kill_group(proc)
+    for proc in _SPAWNED:
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+    _SPAWNED.clear()
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    # Only while the leader is not waited for: until then its pid, and so its group's id, cannot be reused
+    # (pid_max is often 32768), so the group killed is the one spawn() made.
+    if proc.returncode is None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _die_with_the_run() -> None:
+    """A tethered process's child, before exec: SIGKILL when the test run dies (SIGTERM would wait for a
+    SIGCONT if the server was stopped with SIGSTOP by a test)."""
+    die_with_parent(signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -44,7 +105,6 @@ class ServerProcess:
     """A test server started as a child process on 127.0.0.1:<free port>."""
 
     name = "server"
-    tethered = False  # True: the kernel kills it (SIGKILL) when the test run dies, even by kill -9 (Linux)
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -53,9 +113,7 @@ class ServerProcess:
     def _launch(self, args: list[str], *, ready: Callable[[], bool], timeout: float) -> None:
         """Start `args` and return once `ready()`; RuntimeError when the process exits or is too slow. Its
         stderr stays the test run's, so a server that fails to start says why."""
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, preexec_fn=_die_with_the_run if self.tethered else None
-        )
+        self.proc = spawn(args, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -225,9 +283,7 @@ class CharonProcess:
 
     def start(self) -> CharonProcess:
         argv = ["-m", "app.cli", "serve", "--port", str(self.port), "--log-level", self.log_level]
-        self.proc = subprocess.Popen(
-            [self.python, *argv], env=self.env, stdout=self.stdout, stderr=self.stderr
-        )
+        self.proc = spawn([self.python, *argv], env=self.env, stdout=self.stdout, stderr=self.stderr)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -282,7 +338,7 @@ class SparkStandalone:
         spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
         with (self.work_dir / f"{args[0].rsplit('.', 1)[1].lower()}.log").open("ab") as log:
-            self.procs.append(subprocess.Popen([str(spark_class), *args], stdout=log, stderr=log, env=env))
+            self.procs.append(spawn([str(spark_class), *args], stdout=log, stderr=log, env=env))
 
     def alive_workers(self) -> int:
         try:
@@ -326,12 +382,6 @@ class SparkStandalone:
 # --- Replicated Redis for the failover tests: Sentinel, and a Cluster with replicas -------------------------
 
 
-def _die_with_the_run() -> None:
-    """A tethered server's child, before exec: SIGKILL when the test run dies (SIGTERM would wait for a
-    SIGCONT if the server was stopped with SIGSTOP by a test)."""
-    die_with_parent(signal.SIGKILL)
-
-
 def _answers_with(port: int, password: str | None) -> bool:
     try:
         return bool(redis.Redis(port=port, password=password, socket_timeout=1).ping())
@@ -351,7 +401,7 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float) -> None:
 class RedisSentinels:
     """A Redis primary and `replicas` replicas, watched by three sentinels (`redis-server --sentinel`) that
     fail over `down_after_ms` after the primary stops answering; all on free loopback ports, the Redis
-    servers behind PASSWORD and the sentinels behind SENTINEL_PASSWORD, every process tethered to the run."""
+    servers behind PASSWORD and the sentinels behind SENTINEL_PASSWORD."""
 
     SERVICE = "charon-primary"
     PASSWORD = "data-secret"
@@ -364,8 +414,6 @@ class RedisSentinels:
         self.down_after_ms, self.failover_timeout_ms = down_after_ms, failover_timeout_ms
         self.servers = [RedisServer() for _ in range(1 + replicas)]
         self.sentinels = [ServerProcess() for _ in range(3)]
-        for process in [*self.servers, *self.sentinels]:
-            process.tethered = True
         for sentinel in self.sentinels:
             sentinel.name = "redis-sentinel"
 
@@ -512,12 +560,10 @@ class RedisSentinels:
 
 class ReplicatedRedisCluster(RedisCluster):
     """A RedisCluster of `size` primaries with a replica each and a short cluster-node-timeout (a replica
-    takes over about twice that after its primary stops answering), every node tethered to the run."""
+    takes over about twice that after its primary stops answering)."""
 
     def __init__(self, size: int = 3, *, node_timeout_ms: int = 1000) -> None:
         super().__init__(size, replicas=1, node_timeout_ms=node_timeout_ms)
-        for node in self.nodes:
-            node.tethered = True
 
     def start(self) -> ReplicatedRedisCluster:
         super().start()

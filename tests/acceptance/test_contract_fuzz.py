@@ -13,7 +13,6 @@ curl line that reproduces it.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -22,7 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import CLIENT_ID
-from tests.servers import CharonProcess
+from tests.servers import CharonProcess, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # schemathesis has its own bound, too
 
@@ -42,7 +41,7 @@ def fuzz(service: CharonProcess, *extra: str) -> None:
         *extra,
     ]  # fmt: skip
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.fuzz.hooks", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    done = run(argv, cwd=ROOT, env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-20_000:] + done.stderr[-5_000:]
     assert " passed" in done.stdout, done.stdout[-5_000:]  # it tested something
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from tests.conftest import CLIENT_ID
 from tests.receivers import HttpReceiver, notification_env
-from tests.servers import CharonProcess
+from tests.servers import CharonProcess, spawn
 
 HEADERS = {"Client-ID": CLIENT_ID, "X-Project-ID": "notifier-process"}
 
@@ -120,7 +119,7 @@ def test_with_an_external_notifier_serve_delivers_nothing_and_charon_notify_does
             time.sleep(2)  # a worker that delivered would have by now (the others deliver within 30 s)
             assert webhook_receiver.requests == []
             # the notifier of another container: the same settings and store, run on its own
-            notifier = subprocess.Popen([sys.executable, "-m", "app.cli", "notify"], env=service.env)
+            notifier = spawn([sys.executable, "-m", "app.cli", "notify"], env=service.env)
             assert webhook_receiver.wait_for(1, within=30)[-1].json()["body"] == {"n": 1}
     finally:
         if notifier is not None:

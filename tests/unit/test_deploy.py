@@ -17,7 +17,7 @@ import pytest
 
 from tests.keystone import KEYSTONE_VENV, etc_keystone_state
 from tests.keystone import available as keystone_available
-from tests.servers import free_port
+from tests.servers import free_port, spawn
 
 KEYSTONE = Path(__file__).resolve().parents[2] / "deploy" / "keystone"
 ENTRYPOINT = KEYSTONE / "entrypoint.sh"
@@ -106,10 +106,13 @@ def test_the_keystone_entrypoint_bootstraps_registers_and_restarts(tmp_path: Pat
 
     def start(log: str) -> subprocess.Popen[bytes]:
         with open(tmp_path / log, "wb") as out:
-            return subprocess.Popen(
-                ["bash", str(ENTRYPOINT)], env=env, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+            return spawn(
+                ["bash", str(ENTRYPOINT)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     proc = start("first.log")
     try:

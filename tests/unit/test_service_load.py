@@ -10,6 +10,7 @@ import time
 import pytest
 
 from app.notify import ServiceLoad
+from tests.servers import spawn
 
 PARENT = """
 import subprocess, sys, time
@@ -28,7 +29,7 @@ def looks(load: ServiceLoad, seconds: float = 0.6) -> bool:
 
 @pytest.mark.parametrize("child", ["idle", "burn"])
 def test_a_child_that_uses_a_core_makes_the_service_busy(child: str) -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, child], stdout=subprocess.PIPE)
+    parent = spawn([sys.executable, "-c", PARENT, child], stdout=subprocess.PIPE)
     try:
         assert parent.stdout is not None
         assert parent.stdout.readline() == b"ready\n"
