@@ -103,8 +103,10 @@ typecheck: install
 test: install lint typecheck
 	$(BIN)/pytest
 
+# The quick loop while changing code: the unit tests, and the contract suite and the API on Redis alone, no live
+# process, Keystone or Spark (tests/conftest.py: markers and --store). `make test` runs everything.
 test-fast: install
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest tests/unit tests/contract tests/api -m "not slow and not keystone and not spark" --store redis
 
 openapi: install
 	$(BIN)/charon openapi > openapi.yaml

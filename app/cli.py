@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         func=policy
     )
     # app/insights.py (and pipeline/ under it) is imported only when one of its commands runs: nothing on
-    # the serving path imports pipeline/ (tests/unit/test_packaging.py).
+    # the serving path imports pipeline/ (tests/deploy/test_packaging.py).
     words = sys.argv[1:] if argv is None else argv
     analyse = command("insights", "why messages died: a PySpark job over dead letters")
     export = command("export", "a DLQ's messages as JSON Lines, with their provenance")

@@ -194,16 +194,53 @@ async def pooled_mongo(redis_url: str, mongodb_uri: str, clock: ManualClock) -> 
         yield store
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("redis_store", id="redis"),
-        pytest.param("mongo_store", id="mongo"),
-        pytest.param("cluster_store", id="cluster"),
-        pytest.param("pooled_redis", id="pooled-redis"),
-        pytest.param("pooled_mongo", id="pooled-mongo"),
-    ]
-)
+# The five stores a test marked `every_store` runs on (the contract suite, and API tests whose behaviour
+# depends on the store); every other test that takes `store` (or `client`) runs on Redis alone. `--store ID`
+# (repeatable) narrows the five: `make test-fast` runs `--store redis`.
+STORES = {
+    "redis": "redis_store",
+    "mongo": "mongo_store",
+    "cluster": "cluster_store",
+    "pooled-redis": "pooled_redis",
+    "pooled-mongo": "pooled_mongo",
+}
+ONE_STORE = "redis"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store",
+        action="append",
+        choices=list(STORES),
+        help="run the every_store tests on this store only (repeatable; default: all five)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store" not in metafunc.fixturenames:
+        return
+    chosen = metafunc.config.getoption("store") or list(STORES)
+    if metafunc.definition.get_closest_marker("every_store") is not None:
+        ids = [i for i in STORES if i in chosen]
+    else:
+        ids = [ONE_STORE]
+    metafunc.parametrize("store", [STORES[i] for i in ids], ids=ids, indirect=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """What a test needs, as markers `-m` selects on: a real Keystone (`keystone`), Spark (`spark`)."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "keystone" in names:
+            item.add_marker(pytest.mark.keystone)
+        if item.nodeid.startswith("tests/pipeline/"):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture
 def store(request: pytest.FixtureRequest) -> Store:
+    """The store of the test's parameter (pytest_generate_tests): Redis, or each of STORES for every_store."""
     driver: Store = request.getfixturevalue(request.param)
     return driver
 

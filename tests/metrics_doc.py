@@ -1,6 +1,6 @@
 """The series docs/operations.md's "Metrics" table documents: what GET /metrics is held to
 (tests/api/test_metrics.py) and what the alert rules and the dashboard may name
-(tests/unit/test_monitoring.py)."""
+(tests/deploy/test_monitoring.py)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,11 @@ import time
 import uuid
 
 import httpx
+import pytest
 
 from tests.servers import CharonProcess
+
+pytestmark = pytest.mark.slow  # live server processes
 
 HEADERS = {"Client-ID": "3381af92-2b9e-11e3-b191-71861300734c", "X-Project-ID": "long-poll"}
 CLAIM = {"ttl": 60, "grace": 60}

@@ -13,6 +13,8 @@ import pytest
 
 from tests.servers import free_port, spawn
 
+pytestmark = pytest.mark.slow  # live server processes
+
 
 @pytest.mark.parametrize(
     ("host", "auth", "warned"), [("0.0.0.0", "noauth", True), ("127.0.0.1", "noauth", False)]

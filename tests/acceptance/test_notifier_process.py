@@ -18,6 +18,8 @@ from tests.conftest import CLIENT_ID
 from tests.receivers import HttpReceiver, notification_env
 from tests.servers import CharonProcess, spawn
 
+pytestmark = pytest.mark.slow  # live server processes
+
 HEADERS = {"Client-ID": CLIENT_ID, "X-Project-ID": "notifier-process"}
 
 

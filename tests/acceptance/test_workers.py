@@ -19,6 +19,8 @@ import pytest
 from tests.conftest import CLIENT_ID
 from tests.servers import CharonProcess
 
+pytestmark = pytest.mark.slow  # live server processes
+
 HEADERS = {"Client-ID": CLIENT_ID, "X-Project-ID": "workers"}
 
 

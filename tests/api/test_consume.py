@@ -26,6 +26,7 @@ async def bodies(client: httpx.AsyncClient, queue: str) -> list[object]:
     return sorted(m["body"] for m in r.json()["messages"])
 
 
+@pytest.mark.every_store
 async def test_a_claim_is_acknowledged_in_one_call(client: httpx.AsyncClient) -> None:
     await post_messages(client, "jobs", *range(12))
     cid, ids = await claim(client, "jobs", limit=10)
@@ -34,6 +35,7 @@ async def test_a_claim_is_acknowledged_in_one_call(client: httpx.AsyncClient) ->
     assert await bodies(client, "jobs") == [10, 11]
 
 
+@pytest.mark.every_store
 async def test_what_no_given_claim_holds_stays_and_the_answer_says_which_and_why(
     client: httpx.AsyncClient, clock: ManualClock
 ) -> None:
@@ -57,6 +59,7 @@ async def test_what_no_given_claim_holds_stays_and_the_answer_says_which_and_why
     assert await bodies(client, "jobs") == ["theirs", "unclaimed"]
 
 
+@pytest.mark.every_store
 async def test_an_expired_claim_acknowledges_nothing(client: httpx.AsyncClient, clock: ManualClock) -> None:
     await post_messages(client, "jobs", "a")
     cid, ids = await claim(client, "jobs")
@@ -68,6 +71,7 @@ async def test_an_expired_claim_acknowledges_nothing(client: httpx.AsyncClient, 
     assert await bodies(client, "jobs") == ["a"]
 
 
+@pytest.mark.every_store
 async def test_the_bulk_delete_of_zaqar_ignores_claims_without_claim_ids(client: httpx.AsyncClient) -> None:
     await post_messages(client, "jobs", "a", "b")
     _, ids = await claim(client, "jobs")
@@ -75,6 +79,7 @@ async def test_the_bulk_delete_of_zaqar_ignores_claims_without_claim_ids(client:
     assert await bodies(client, "jobs") == []
 
 
+@pytest.mark.every_store
 async def test_a_claim_acknowledged_whole(client: httpx.AsyncClient, clock: ManualClock) -> None:
     await post_messages(client, "jobs", *range(3))
     cid, _ = await claim(client, "jobs", limit=2)
@@ -90,6 +95,7 @@ async def test_a_claim_acknowledged_whole(client: httpx.AsyncClient, clock: Manu
     assert await bodies(client, "jobs") == [2]
 
 
+@pytest.mark.every_store
 async def test_a_long_poll_is_answered_by_a_post(client: httpx.AsyncClient, clock: ManualClock) -> None:
     waiting = asyncio.create_task(client.post("/v2/queues/jobs/claims?wait=20&limit=5", json=CLAIM))
     await asyncio.wait_for(clock.sleepers(1), 10)
@@ -99,6 +105,7 @@ async def test_a_long_poll_is_answered_by_a_post(client: httpx.AsyncClient, cloc
     assert [m["body"] for m in r.json()["messages"]] == ["news"]
 
 
+@pytest.mark.every_store
 async def test_a_long_poll_that_runs_out_answers_204(client: httpx.AsyncClient, clock: ManualClock) -> None:
     waiting = asyncio.create_task(client.post("/v2/queues/jobs/claims?wait=3", json=CLAIM))
     await asyncio.wait_for(clock.sleepers(1), 10)

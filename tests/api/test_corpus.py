@@ -89,6 +89,7 @@ def same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+@pytest.mark.every_store
 async def test_every_accepted_body_comes_back_through_every_read(client: httpx.AsyncClient) -> None:
     r = await client.put(
         "/v2/queues/corpus", json={"_max_claim_count": 1, "_dead_letter_queue": "corpus.dlq"}

@@ -30,6 +30,7 @@ async def claim_and_release(client: httpx.AsyncClient, queue: str) -> list[dict[
     return messages
 
 
+@pytest.mark.every_store
 async def test_walk_through_three_claims_then_the_dlq(client: httpx.AsyncClient, clock: ManualClock) -> None:
     meta = {"_max_claim_count": 3, "_dead_letter_queue": "orders.dlq", "_dead_letter_queue_messages_ttl": 600}
     assert (await client.put("/v2/queues/orders", json=meta)).status_code == 201
@@ -80,6 +81,7 @@ async def test_walk_through_three_claims_then_the_dlq(client: httpx.AsyncClient,
     assert listed["dead_letter"]["reason"] == "max_claims"
 
 
+@pytest.mark.every_store
 async def test_without_a_dlq_the_exhausted_message_is_discarded(client: httpx.AsyncClient) -> None:
     await client.put("/v2/queues/jobs", json={"_max_claim_count": 1})
     await post_messages(client, "jobs", 1, 2)
@@ -89,6 +91,7 @@ async def test_without_a_dlq_the_exhausted_message_is_discarded(client: httpx.As
     assert (stats["total"], stats["discarded"], stats["dead_lettered"]) == (0, 2, 0)
 
 
+@pytest.mark.every_store
 async def test_provenance_can_be_hidden_per_request(client: httpx.AsyncClient) -> None:
     await client.put("/v2/queues/a", json={"_max_claim_count": 1, "_dead_letter_queue": "a.dlq"})
     [mid] = await post_messages(client, "a", "x")
@@ -102,6 +105,7 @@ async def test_provenance_can_be_hidden_per_request(client: httpx.AsyncClient) -
     assert "provenance" in bad.json()["description"]
 
 
+@pytest.mark.every_store
 async def test_provenance_off_by_setting_can_be_asked_for(store: Store, clock: ManualClock) -> None:
     app = create_app(Settings(storage_uri="redis://unused", provenance=False), store=store, clock=clock)
     async with api_client(app) as client:
@@ -136,6 +140,7 @@ async def test_a_dlq_cycle_is_refused_with_the_cycle_named(client: httpx.AsyncCl
     assert (await set_dlq_by_patch(client, "a", "b")).status_code == 200
 
 
+@pytest.mark.every_store
 async def test_dlq_chains_and_cycles_are_per_project(client: httpx.AsyncClient) -> None:
     other = {"X-Project-ID": "project-b"}
     assert (
@@ -166,6 +171,7 @@ async def test_bad_dead_letter_keys_by_patch(
     assert key not in (await client.get("/v2/queues/q")).json()
 
 
+@pytest.mark.every_store
 async def test_the_apps_sweeper_moves_messages_whose_last_claim_expired(
     store: Store, clock: ManualClock
 ) -> None:
@@ -183,6 +189,7 @@ async def test_the_apps_sweeper_moves_messages_whose_last_claim_expired(
             pytest.fail("the sweeper did not move the message")
 
 
+@pytest.mark.every_store
 async def test_concurrent_patches_lose_no_update(client: httpx.AsyncClient) -> None:
     async def add(i: int) -> int:
         op = [{"op": "add", "path": f"/metadata/k{i}", "value": i}]
@@ -194,6 +201,7 @@ async def test_concurrent_patches_lose_no_update(client: httpx.AsyncClient) -> N
     assert {k: meta[k] for k in meta if k.startswith("k")} == {f"k{i}": i for i in range(6)}
 
 
+@pytest.mark.every_store
 async def test_concurrent_writes_cannot_close_a_dlq_cycle(client: httpx.AsyncClient) -> None:
     async def point(queue: str, dlq: str) -> int:
         return (await client.put(f"/v2/queues/{queue}", json={"_dead_letter_queue": dlq})).status_code

@@ -76,6 +76,7 @@ async def test_default_ttl_above_max_ttl_is_refused(client: httpx.AsyncClient) -
     assert "must not exceed _max_message_ttl (120)" in r.json()["description"]
 
 
+@pytest.mark.every_store
 async def test_backoff_and_release_with_delay_over_http(
     client: httpx.AsyncClient, clock: ManualClock
 ) -> None:
@@ -100,6 +101,7 @@ async def test_backoff_and_release_with_delay_over_http(
     assert [m["id"] for m in (await claim(client, "jobs"))[1]] == [mid]
 
 
+@pytest.mark.every_store
 async def test_release_one_message_over_http(client: httpx.AsyncClient, clock: ManualClock) -> None:
     first, second = await post_messages(client, "jobs", "a", "b")
     cid, _ = await claim(client, "jobs")
@@ -117,6 +119,7 @@ async def test_release_one_message_over_http(client: httpx.AsyncClient, clock: M
     assert [m["id"] for m in (await claim(client, "jobs"))[1]] == [first]
 
 
+@pytest.mark.every_store
 async def test_reject_over_http(client: httpx.AsyncClient, clock: ManualClock) -> None:
     [mid] = await post_messages(client, "orders", {"sku": None})
     cid, _ = await claim(client, "orders")
@@ -142,6 +145,7 @@ async def test_reject_over_http(client: httpx.AsyncClient, clock: ManualClock) -
     assert (await client.post(url)).status_code == 404  # gone from the queue
 
 
+@pytest.mark.every_store
 async def test_expiry_to_dlq_and_eligibility_over_http(
     client: httpx.AsyncClient, store: Store, clock: ManualClock
 ) -> None:
@@ -167,6 +171,7 @@ async def test_expiry_to_dlq_and_eligibility_over_http(
     assert (stats["dead_lettered"], stats["discarded"], stats["total"]) == (1, 1, 0)
 
 
+@pytest.mark.every_store
 async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: ManualClock) -> None:
     ids = await dead_letter_all(client, "orders", "o1", "o2")
     await dead_letter_all(client, "billing", "b1")
@@ -193,6 +198,7 @@ async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: Manu
     assert (await client.get(task.href)).json()["status"] == "succeeded"
 
 
+@pytest.mark.every_store
 async def test_redrive_of_listed_ids_dry_run_then_exactly_those(client: httpx.AsyncClient) -> None:
     ids = await dead_letter_all(client, "orders", "o1", "o2", "o3")
     unknown = "f" * 32
@@ -211,6 +217,7 @@ async def test_redrive_of_listed_ids_dry_run_then_exactly_those(client: httpx.As
     assert [m["id"] for m in left] == [ids[1]]
 
 
+@pytest.mark.every_store
 async def test_redrive_by_signature_dry_run_then_exactly_that_cause(client: httpx.AsyncClient) -> None:
     bodies = [{"error": f"customer cus_{i}Zq81PzaBx{i} not found", "n": i} for i in range(3)]
     ids = await dead_letter_all(client, "orders", bodies[0], {"error": "timeout"}, *bodies[1:], "plain")
@@ -229,6 +236,7 @@ async def test_redrive_by_signature_dry_run_then_exactly_that_cause(client: http
     assert {m["id"] for m in left} == set(ids) - wanted
 
 
+@pytest.mark.every_store
 async def test_redrive_as_a_task_then_cancel(store: Store, clock: ManualClock, settings: Settings) -> None:
     app = create_app(settings, store=store, clock=clock)
     async with api_client(app) as client:
@@ -337,6 +345,7 @@ def test_bad_templates_stop_the_service_at_start(template: str) -> None:
         Settings(storage_uri="redis://unused", dead_letter_queue_template=template)
 
 
+@pytest.mark.every_store
 async def test_the_consumer_that_failed_is_in_the_provenance(client: httpx.AsyncClient) -> None:
     worker_a, worker_b = "3381af92-2b9e-11e3-b191-71861300734c", "4481af92-2b9e-11e3-b191-71861300734d"
     assert (await client.put("/v2/queues/orders", json=SPENT)).status_code in (201, 204)

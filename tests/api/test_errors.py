@@ -254,7 +254,7 @@ CASES = [
 async def test_bad_input_gets_clear_error(
     client: httpx.AsyncClient, method: str, url: str, kwargs: dict[str, Any], status: int, fragment: str
 ) -> None:
-    kwargs = dict(kwargs)  # the case is shared by every driver's run: take the headers from a copy
+    kwargs = dict(kwargs)  # the case is shared by every run: take the headers from a copy
     if CLAIMED in url:
         r = await client.post("/v2/queues/q/messages", json={"messages": [{"body": 1}]})
         mid = r.json()["resources"][0].rsplit("/", 1)[1]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from core.clock import ManualClock
+
+pytestmark = pytest.mark.every_store
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 

@@ -1,7 +1,8 @@
-"""What an attacker or a careless producer sends: every finding of issue 18's review, on every store.
+"""What an attacker or a careless producer sends: every finding of a hostile review.
 
 Nothing a client stores may make a later read fail, no answer may be a 500 or a dropped connection, and no
-parameter or body is silently ignored or misread.
+parameter or body is silently ignored or misread. What is refused before any store is called runs on Redis;
+what is stored and read back runs on every store (`every_store`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ async def test_a_body_nested_past_the_limit_is_refused_and_nothing_is_stored(
     assert (await client.get("/v2/queues/deep/stats")).json()["messages"]["total"] == 0
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_a_body_at_the_depth_limit_reads_back_through_every_read(client: httpx.AsyncClient) -> None:
     body = nested(DEPTH)
     r = await client.put(
@@ -99,6 +101,7 @@ async def test_metadata_nested_past_the_limit_is_refused(client: httpx.AsyncClie
     assert listed.status_code == 200, listed.text
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_metadata_at_the_depth_limit_lists_detailed(client: httpx.AsyncClient) -> None:
     meta = {"x": nested(DEPTH - 1)}
     assert (await client.put("/v2/queues/meta-at-limit", json=meta)).status_code == 201
@@ -120,6 +123,7 @@ async def test_queue_names_are_fully_matched(client: httpx.AsyncClient, name: st
     assert listed == []
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_names_with_dots_other_than_dot_and_dot_dot_are_fine(client: httpx.AsyncClient) -> None:
     for name in ("...", ".a", "a..b", "orders.dlq"):
         assert (await client.put(f"/v2/queues/{name}")).status_code == 201, name
@@ -156,6 +160,7 @@ async def test_redrive_dates_out_of_range_are_refused_and_store_nothing(
     assert listed.json()["tasks"] == []
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_redrive_dates_at_the_ends_of_the_range_round_trip(client: httpx.AsyncClient) -> None:
     filters = {"dead_lettered_after": "0001-01-01T00:00:00Z", "dead_lettered_before": "9999-12-31T23:59:59Z"}
     assert (await client.put("/v2/queues/dlq")).status_code == 201
@@ -216,6 +221,7 @@ async def test_queue_metadata_that_is_not_an_object_is_refused(client: httpx.Asy
     assert (await client.get("/v2/queues")).json()["queues"] == []
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_an_empty_body_still_means_the_defaults(client: httpx.AsyncClient) -> None:
     await post(client, "keep", 1)
     assert (await client.post("/v2/queues/keep/claims", content=b"")).status_code == 201
@@ -303,6 +309,7 @@ async def test_integers_outside_64_bits_are_refused(client: httpx.AsyncClient, n
     assert (await client.get("/v2/queues/num/stats")).json()["messages"]["total"] == 0
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_numbers_round_trip_exactly(client: httpx.AsyncClient) -> None:
     bodies = [2**64 - 1, -(2**63), 0, -0.0, 1.5e300, {"id": "12345678901234567890123"}, 9007199254740993]
     ids = await post(client, "num", *bodies)
@@ -443,6 +450,7 @@ async def test_message_markers_are_digits_in_range(client: httpx.AsyncClient, ma
     error(await client.get("/v2/queues/q/messages", params={"marker": marker}), 400, "marker")
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 async def test_queue_list_filters_by_name_and_metadata_with_a_count(client: httpx.AsyncClient) -> None:
     queues = {
         "alpha": {"team": "red", "tier": 1},
@@ -473,6 +481,7 @@ async def test_queue_list_filters_by_name_and_metadata_with_a_count(client: http
     assert (await names("name=zzz&with_count=true")) == ([], 0)
 
 
+@pytest.mark.every_store  # what it stores is read back: each store must keep it exactly
 @pytest.mark.parametrize("path", ["/metadata/a/b", "/metadata/a~2", "/metadata/a~"])
 async def test_a_patch_path_names_one_key_as_a_json_pointer(client: httpx.AsyncClient, path: str) -> None:
     """`/metadata/a/b` is the key b inside a (JSON Pointer, RFC 6901), which queue metadata patches do not

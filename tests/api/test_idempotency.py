@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+pytestmark = pytest.mark.every_store
+
 URL = "/v2/queues/orders/messages"
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.every_store
 
 B = {"X-Project-ID": "project-b"}
 

@@ -22,6 +22,8 @@ from storage.base import Store
 from tests.conftest import CLIENT_ID
 from tests.metrics_doc import documented, sample_names, samples
 
+pytestmark = pytest.mark.every_store
+
 ADMIN = {"X-Roles": "admin"}
 ALPHA, BETA = "m-alpha", "m-beta"
 MESSAGES = "/v2/queues/{queue_name}/messages"

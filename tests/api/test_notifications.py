@@ -22,6 +22,8 @@ from storage.base import Store
 from tests.conftest import api_client
 from tests.receivers import LOOPBACK_NETWORKS, HttpReceiver, SmtpReceiver
 
+pytestmark = pytest.mark.every_store
+
 Q = "/v2/queues/orders"
 KEY = "the operator's signing key"
 

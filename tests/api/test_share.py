@@ -1,5 +1,6 @@
 """Pre-signed URLs (POST /v2/queues/{q}/share, Zaqar's): the signed request is allowed exactly its paths and
-methods on its queue until it expires, without a token; anything else is 403 JSON. On every store."""
+methods on its queue until it expires, without a token; anything else is 403 JSON. On Redis: a signature
+is judged before any store is called."""
 
 from __future__ import annotations
 

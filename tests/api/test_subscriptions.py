@@ -1,5 +1,6 @@
-"""Subscriptions through HTTP (Zaqar v2's shapes), on every store: create, read, list, change, confirm,
-delete, purge; every bad input a 400 naming the field; and the notifications they get."""
+"""Subscriptions through HTTP (Zaqar v2's shapes), on Redis (the contract suite holds every store to them):
+create, read, list, change, confirm, delete, purge; every bad input a 400 naming the field; and the
+notifications they get."""
 
 from __future__ import annotations
 

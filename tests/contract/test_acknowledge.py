@@ -10,6 +10,8 @@ from core.models import ClaimId, MessageId, NotDeleted
 from storage.base import Store
 from tests.contract.helpers import Q, claim_ids, post
 
+pytestmark = pytest.mark.every_store
+
 UNKNOWN = MessageId("0" * 32)
 
 

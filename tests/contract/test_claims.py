@@ -8,6 +8,8 @@ from core.models import ClaimId, QueueRef
 from storage.base import Store
 from tests.contract.helpers import Q, post
 
+pytestmark = pytest.mark.every_store
+
 
 async def test_claim_takes_oldest_first_and_counts(store: Store) -> None:
     await post(store, Q, *range(5))

@@ -3,9 +3,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+
 from core.models import MessageId
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_policy
+
+pytestmark = pytest.mark.every_store
 
 
 async def post_many(store: Store, n: int) -> list[MessageId]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.clock import ManualClock
 from core.models import QueueRef
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_policy
+
+pytestmark = pytest.mark.every_store
 
 
 async def claim_release(store: Store, limit: int = 20, q: QueueRef = Q) -> int:

@@ -3,11 +3,15 @@ rejected the message, by its Client-ID."""
 
 from __future__ import annotations
 
+import pytest
+
 from core.clock import ManualClock
 from core.models import QueueRef, RedriveSpec, Rejection
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_meta, set_policy
 from tests.contract.test_redrive import run
+
+pytestmark = pytest.mark.every_store
 
 ALICE = "3381af92-2b9e-11e3-b191-71861300734c"
 BOB = "4481af92-2b9e-11e3-b191-71861300734d"

@@ -11,6 +11,8 @@ from core.models import ClaimId, MessageId, QueueRef, Rejection
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
 
+pytestmark = pytest.mark.every_store
+
 
 async def test_reject_moves_a_claimed_message_now_with_its_reason(store: Store, clock: ManualClock) -> None:
     await set_meta(store, Q, _dead_letter_queue=DLQ.name, _max_claim_count=10)

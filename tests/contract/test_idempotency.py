@@ -15,6 +15,8 @@ from storage.base import Store
 from tests.contract.helpers import CLIENT, Q
 from tests.contract.helpers import all_messages as listed
 
+pytestmark = pytest.mark.every_store
+
 WINDOW_MS = 60_000
 
 

@@ -21,6 +21,8 @@ from service.waiting import LongPolls
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, claim_ids, post, set_policy
 
+pytestmark = pytest.mark.every_store
+
 ANSWER_S = 10.0
 WAIT = 20
 

@@ -9,6 +9,8 @@ from core.models import ClaimId, NewMessage, QueueRef
 from storage.base import Store
 from tests.contract.helpers import CLIENT, OTHER_CLIENT, Q, all_messages, post
 
+pytestmark = pytest.mark.every_store
+
 
 async def list_all(store: Store, q: QueueRef = Q, **kw: object) -> list[object]:
     opts = {"echo": True, "client_id": CLIENT, "include_claimed": False, "include_delayed": False, **kw}

@@ -7,11 +7,15 @@ import asyncio
 import uuid
 from collections import Counter
 
+import pytest
+
 from core.clock import ManualClock
 from core.models import Delivery, Idempotency, NewMessage, QueueRef, RedriveSpec, Rejection, TaskId
 from storage.base import Store
 from tests.contract.helpers import CLIENT, DLQ, Q, claim_ids, post, set_meta, set_policy
 from tests.contract.test_subscriptions import HOOK, MAIL, subscribe
+
+pytestmark = pytest.mark.every_store
 
 LEASE_MS = 30_000
 OTHER_PROJECT = QueueRef("project-b", Q.name)

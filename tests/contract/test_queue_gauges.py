@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from core.clock import ManualClock
 from core.models import QueueRef, Rejection
 from storage.base import Store
 from tests.contract.helpers import claim_ids, post, set_meta
+
+pytestmark = pytest.mark.every_store
 
 
 async def test_every_queue_of_every_project_with_what_stats_says(store: Store, clock: ManualClock) -> None:

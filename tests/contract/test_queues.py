@@ -8,6 +8,8 @@ from core.models import QueueRef
 from storage.base import Store
 from tests.contract.helpers import Q, post
 
+pytestmark = pytest.mark.every_store
+
 
 async def test_never_created_queue_reads_as_empty(store: Store) -> None:
     assert await store.get_metadata(Q) == {}

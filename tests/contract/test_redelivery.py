@@ -12,6 +12,8 @@ from core.models import ClaimId, MessageId
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
 
+pytestmark = pytest.mark.every_store
+
 
 async def claimable_after(store: Store, clock: ManualClock, wait: float) -> ClaimId:
     """Move the clock `wait` seconds on: the message of Q must not be claimable a millisecond before, and

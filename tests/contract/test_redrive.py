@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from core import signatures
 from core.clock import ManualClock
 from core.metadata import DeadLetterDefaults
@@ -13,6 +15,8 @@ from core.models import MessageId, QueueRef, RedriveSpec, RedriveTask, Rejection
 from service.redrive import RedriveRunner
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
+
+pytestmark = pytest.mark.every_store
 
 OTHER = QueueRef(Q.project, "billing")
 OWNER = "runner-a"

@@ -25,7 +25,10 @@ from tests.contract.helpers import DLQ, Q, post, set_meta
 
 # PyMongo leaves the socket of a connection it was opening when cancelled to the garbage collector
 # (PYTHON-5867, https://github.com/mongodb/mongo-python-driver/pull/2858); it is closed then.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+pytestmark = [
+    pytest.mark.every_store,
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 TRIES = 150
 WITHIN_S = 4.0  # longer than any one call; shorter than the loops' waits after a failed attempt

@@ -14,6 +14,8 @@ from core.models import QueueRef, Subscription, SubscriptionId
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post
 
+pytestmark = pytest.mark.every_store
+
 HOOK = "https://hooks.example.com/orders"
 MAIL = "mailto:ops@example.com"
 # Options as a client may send them: nesting, unicode, floats, keys MongoDB or JSON treat specially.

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from core.clock import ManualClock
 from core.models import Claim, MessageId, QueueRef
 from storage.base import Store
 from tests.contract.helpers import DLQ, Q, post, set_policy
+
+pytestmark = pytest.mark.every_store
 
 
 async def last_claim(store: Store, q: QueueRef = Q, dlq: str = DLQ.name) -> tuple[MessageId, Claim]:

@@ -14,6 +14,8 @@ from tests.servers import spawn
 
 PARENT = """
 import subprocess, sys, time
+
+pytestmark = pytest.mark.slow  # live server processes
 if sys.argv[1] == "burn":
     subprocess.Popen([sys.executable, "-c", "while True: pass"])
 print("ready", flush=True)
