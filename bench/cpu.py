@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -61,13 +60,13 @@ class Phase:
         self.client = time.process_time()
         self.wall = time.perf_counter()
 
-    def done(self, messages: int, prefix: str = "") -> dict[str, Any]:
+    def done(self, messages: int, prefix: str = "") -> dict[str, float]:
         """`{prefix}server_cpu_s`, `..._us_per_msg`, the same for the client (this process), and the share of
         one core each used (`..._cores`: CPU seconds / wall seconds). No server keys without server pids."""
         client = time.process_time() - self.client
         wall = max(time.perf_counter() - self.wall, 1e-9)
         per = 1e6 / max(messages, 1)
-        out: dict[str, Any] = {
+        out: dict[str, float] = {
             f"{prefix}client_cpu_s": client,
             f"{prefix}client_cpu_us_per_msg": client * per,
             f"{prefix}client_cores": client / wall,

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from starlette.types import ASGIApp, Message, Scope
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADERS = [
@@ -36,7 +37,7 @@ POST = json.dumps(
 
 
 async def call(
-    app: Any,
+    app: ASGIApp,
     method: str,
     path: str,
     body: bytes = b"",
@@ -45,7 +46,7 @@ async def call(
     headers: list[tuple[bytes, bytes]] = HEADERS,
 ) -> tuple[int, bytes]:
     """One request through the app's ASGI callable; its status and body."""
-    scope = {
+    scope: Scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "path": path,
         "raw_path": path.encode(), "root_path": "", "scheme": "http", "query_string": query,
         "headers": [*headers, (b"content-length", str(len(body)).encode())],
@@ -54,14 +55,14 @@ async def call(
     sent = False
     status, chunks = 0, []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal sent
         if sent:
             await asyncio.sleep(3600)
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
@@ -100,7 +101,7 @@ async def measure(redis_url: str, requests: int) -> dict[str, float]:
     return out
 
 
-async def claim_and_delete(app: Any, queue: str) -> tuple[float, float]:
+async def claim_and_delete(app: ASGIApp, queue: str) -> tuple[float, float]:
     """A claim of 10 on `queue`, then a DELETE of each claimed message with its claim id: the CPU seconds of
     the claim and of the deletes."""
     t0 = time.process_time()

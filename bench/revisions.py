@@ -22,13 +22,25 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 from bench.compare import ROOT, Service, loadgen
 from bench.cpu import cpu_seconds
 from tests.servers import RedisServer, free_port
 
 WORKLOADS = ("produce", "pipeline", "dlq")
+
+
+class Measured(TypedDict):
+    """One workload run against one service."""
+
+    msgs_per_s: float
+    cpu_us_per_msg: float
+    lost: int
+    duplicated: int
+
+
+Results = dict[str, dict[str, list[Measured]]]  # {workload: {"base" | "head": [a run each round]}}
 
 
 def worktree(rev: str) -> Path:
@@ -49,7 +61,7 @@ def service(name: str, code: Path, redis_url: str, workers: int, log: Path) -> S
     return Service(name, argv, env, port, log, cwd=code)
 
 
-def measure(svc: Service, workload: str, messages: int) -> dict[str, Any]:
+def measure(svc: Service, workload: str, messages: int) -> Measured:
     assert svc.proc is not None
     keyed = workload == "produce+key"
     n = messages * 5 if workload.startswith("produce") else messages
@@ -67,9 +79,9 @@ def measure(svc: Service, workload: str, messages: int) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def run(args: argparse.Namespace) -> Results:
     base_code = worktree(args.base)
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    results: Results = {}
     with tempfile.TemporaryDirectory(prefix="charon-revisions-") as tmp:
         base_redis, head_redis = RedisServer().start(), RedisServer().start()
         try:
@@ -88,11 +100,11 @@ def run(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str, Any]]]]:
     return results
 
 
-def median(runs: list[dict[str, Any]], key: str) -> float:
+def median(runs: list[Measured], key: Literal["msgs_per_s", "cpu_us_per_msg"]) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def _row(label: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> str:
+def _row(label: str, before: list[Measured], after: list[Measured]) -> str:
     rate_b, rate_a = median(before, "msgs_per_s"), median(after, "msgs_per_s")
     cpu_b, cpu_a = median(before, "cpu_us_per_msg"), median(after, "cpu_us_per_msg")
     bad = sum(r["lost"] + r["duplicated"] for r in before + after)
@@ -102,7 +114,7 @@ def _row(label: str, before: list[dict[str, Any]], after: list[dict[str, Any]]) 
     )
 
 
-def report(results: dict[str, dict[str, list[dict[str, Any]]]], base: str) -> str:
+def report(results: Results, base: str) -> str:
     lines = [
         f"| workload | base {base} msgs/s | this msgs/s | this / base | base CPU us/msg | this CPU us/msg | "
         "this / base | lost, dup |",

@@ -89,7 +89,7 @@ def error_text(
     clean: Callable[[str | None], str | None] = normalise,
 ) -> str | None:
     """`body`: the parsed body when it is a JSON object (and was read), else None; `clean`: what is done to
-    the text found (the masks; bench/signatures.py gives the text to other groupings unmasked)."""
+    the text found (the masks; bench/studies/signatures.py gives the text to other groupings unmasked)."""
     for name in ERROR_FIELDS:
         value = (body or {}).get(name)
         if value is None:

@@ -30,7 +30,8 @@ Before each phase and each round it waits (every 20 s, at most --busy-wait secon
 `pgrep -f pytest` finds nothing, and it notes the load average at the start and end of every run. With
 --profile FILE the service runs one worker under cProfile, and its costliest functions are printed at the end.
 
-Run: .venv/bin/python -m bench.notify_cost [--rounds 6] [--phases latency,cost,parts] [--json F] [--log F]
+Run: .venv/bin/python -m bench.studies.notify_cost [--rounds 6] [--phases latency,cost,parts] [--json F]
+     [--log F]
 """
 
 from __future__ import annotations
@@ -353,7 +354,16 @@ def _latencies(receiver: Receiver, queue: str, since: dict[int, float], n: int) 
 
 async def child_run(url: str, workload: str, run: str, messages: int, pids: list[int]) -> dict[str, Any]:
     """bench.loadgen's workload in a process of its own, on the queue named by `run` (see child())."""
-    argv = [sys.executable, "-m", "bench.notify_cost", "_loadgen", "--url", url, "--workload", workload]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.studies.notify_cost",
+        "_loadgen",
+        "--url",
+        url,
+        "--workload",
+        workload,
+    ]
     argv += ["--messages", str(messages), "--run", run, "--json", "--server-pids", ",".join(map(str, pids))]
     proc = await asyncio.create_subprocess_exec(
         *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -870,7 +880,9 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="bench.notify_cost", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="bench.studies.notify_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--phases", default="latency,cost,parts", help="some of latency, cost, parts (default: all three)"
@@ -942,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
     results |= {
         "started": f"{started:%Y-%m-%d %H:%M}",
         "commit": commit(),
-        "command": " ".join(["python -m bench.notify_cost", *argv]),
+        "command": " ".join(["python -m bench.studies.notify_cost", *argv]),
         "workers": 1 if args.profile else args.workers,
         "variants": args.variants,
         "profiled": bool(args.profile),

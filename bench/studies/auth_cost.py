@@ -25,7 +25,8 @@ the functions that differ between the modes (api/auth.py, api/keystone.py, api/p
 cachetools), then the functions whose own time differs most between keystone and noauth: where a cost above
 noauth goes (times under the profiler are inflated, and I/O waits differ from run to run).
 
-Run: .venv/bin/python -m bench.auth_cost [--rounds 9] [--requests 3000] [--block 100] [--control] [--profile]
+Run: .venv/bin/python -m bench.studies.auth_cost [--rounds 9] [--requests 3000] [--block 100] [--control]
+     [--profile]
 """
 
 from __future__ import annotations
@@ -276,7 +277,7 @@ def _short(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench.auth_cost", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="bench.studies.auth_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--block", type=int, default=100, help="requests of one mode before the next mode's turn")

@@ -6,7 +6,7 @@ with ttls spread over 1-4 s (CHARON_LIMITS__MIN_MESSAGE_TTL=1 allows that); a po
 the client's clock before the post, so it slightly over-states the service's part. The ratio of interest is
 the worst latency against Solace's 1 s quantum.
 
-Run: .venv/bin/python -m bench.expiry_latency
+Run: .venv/bin/python -m bench.studies.expiry_latency
 """
 
 from __future__ import annotations

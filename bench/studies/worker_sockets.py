@@ -8,7 +8,7 @@ workers: the share of the workers' CPU the busiest one used, and the share of th
 connections the busiest one held (sampled during the run from /proc: established sockets on the port, by the
 worker that has them open).
 
-Run: .venv/bin/python -m bench.worker_sockets [--rounds 3] [--messages 20000] [--json out.json]
+Run: .venv/bin/python -m bench.studies.worker_sockets [--rounds 3] [--messages 20000] [--json out.json]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import Service, loadgen
-from bench.revisions import TICKS
+from bench.cpu import TICKS
 from tests.acceptance.test_workers import connections, workers_of
 from tests.servers import RedisServer, free_port
 
@@ -124,7 +124,7 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench.worker_sockets", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="bench.studies.worker_sockets", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--messages", type=int, default=20_000, help="messages a run (produce: 5x)")
     p.add_argument("--workers", type=int, default=2)

@@ -11,7 +11,7 @@ still starting), "warm" the same job again in the same session. The pure-Python 
 export (storage/redis/export.py, pages to Arrow by pipeline/records.py) and aggregates in memory. Every run's
 tables are checked equal to the pure-Python ones.
 
-Run: .venv/bin/python -m bench.insights [--messages N]   (prints Markdown; --json for the raw numbers)
+Run: .venv/bin/python -m bench.studies.insights [--messages N]   (prints Markdown; --json for the raw numbers)
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         for master in ("local[1]", "local[2]"):
             t = time.perf_counter()
             done = subprocess.run(
-                [sys.executable, "-m", "bench.insights", "--spark", server.url, namespace, master,
+                [sys.executable, "-m", "bench.studies.insights", "--spark", server.url, namespace, master,
                  "--alternate", str(args.alternate if master == "local[2]" else 0)],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip

@@ -11,7 +11,7 @@ texts grouped per second on one core (from the raw text: masking, hashing or min
 pipe, in batches). Drain3 pins cachetools 4, which Charon's own dependencies exclude, so it runs in its own
 virtualenv (.bench/drain3-venv, made on first use from PyPI) reading the texts on stdin.
 
-Run: .venv/bin/python -m bench.signatures [--per-cause N]
+Run: .venv/bin/python -m bench.studies.signatures [--per-cause N]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from pipeline import purepython
 from tests.pipeline import corpus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DRAIN3_VENV = ROOT / ".bench" / "drain3-venv"
 DRAIN3 = "drain3==0.9.11"
 

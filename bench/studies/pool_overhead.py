@@ -4,7 +4,7 @@ A post + claim + delete cycle on one queue, through RedisStore directly and thro
 pool is that same server (catalogue in it too): pooled time / plain time. Every pooled call adds one
 catalogue read (HGET) to the driver's one script call.
 
-Run: .venv/bin/python -m bench.pool_overhead
+Run: .venv/bin/python -m bench.studies.pool_overhead
 """
 
 from __future__ import annotations

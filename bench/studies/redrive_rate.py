@@ -8,7 +8,7 @@ buys against one per 20. Each round then does it again with a redrive by failure
 carries an error of one cause, so it moves the same 10,000): the driver reads each batch and signs it in
 Python before the script (core/signatures.py), and the ratio to the plain redrive is what that costs.
 
-Run: .venv/bin/python -m bench.redrive_rate
+Run: .venv/bin/python -m bench.studies.redrive_rate
 """
 
 from __future__ import annotations

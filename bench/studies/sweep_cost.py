@@ -6,7 +6,7 @@
 3. Claim-and-release throughput of the driver / the same driver never marking projects touched (what
    finding new work in O(touched projects) costs: a flag in the scripts, a SADD when the flag is set).
 
-Run: .venv/bin/python -m bench.sweep_cost
+Run: .venv/bin/python -m bench.studies.sweep_cost
 """
 
 from __future__ import annotations

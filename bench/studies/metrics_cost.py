@@ -16,7 +16,7 @@ turns every 100 requests (post of 10 messages, claim of 10, delete with a claim 
 request, the median and quartiles of each round's ratio. Run it with PROMETHEUS_MULTIPROC_DIR set to an
 empty directory to measure prometheus-client's multiprocess values (what `charon serve` uses).
 
-Run: .venv/bin/python -m bench.metrics_cost [--queues 10000] [--rounds 5] [--http]
+Run: .venv/bin/python -m bench.studies.metrics_cost [--queues 10000] [--rounds 5] [--http]
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ async def http(rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="bench.metrics_cost", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="bench.studies.metrics_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--queues", type=int, default=10_000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--http", action="store_true", help="what counting each HTTP request costs")

@@ -1,0 +1,126 @@
+"""The maintained benchmark tools (bench/: compare, loadgen, amqp, rabbitmq, cpu, report, request_cost,
+revisions, bare_app) still run, each in its smallest form, against a live `charon serve` on a redis-server of
+its own: the pipeline `make bench` runs, with a few messages. Speeds are not asserted (bench/README.md);
+that each run finishes, loses and duplicates nothing, and is tabulated, is. bench/studies/ is not run, only
+imported: a study that no longer imports (one did, unnoticed) fails here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import amqp, compare, cpu, rabbitmq, report, request_cost, revisions
+from tests.servers import CharonProcess, RedisServer
+
+pytestmark = pytest.mark.slow
+
+STUDIES = Path(__file__).resolve().parents[2] / "bench" / "studies"
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def charon(redis: RedisServer) -> Iterator[CharonProcess]:
+    service = CharonProcess(redis.url, namespace="bench-smoke").start()
+    yield service
+    service.stop()
+
+
+def test_loadgen_runs_tabulated_by_report(charon: CharonProcess, redis: RedisServer, tmp_path: Path) -> None:
+    """bench.loadgen in processes of their own through compare.generator, as `make bench` runs them (the
+    servers' CPU read through bench.cpu), the bare app's ping through compare.bare_ping, then
+    report.markdown and report.targets over what they produced."""
+    assert charon.proc is not None
+    assert redis.proc is not None
+    system = compare.System(charon.url, [charon.proc.pid, redis.proc.pid], redis.url)
+    runs = {
+        "pipeline": ["--messages", "100"],
+        "pipeline-bulk": ["--messages", "100"],
+        "ping": ["--duration", "1"],
+    }
+    results: report.Results = {
+        workload: {report.CHARON: compare.generator("bench.loadgen", system, workload, *options)}
+        for workload, options in runs.items()
+    }
+    results["ping"][report.BARE] = compare.bare_ping(1, "1", tmp_path)
+    for by_system in results.values():
+        for r in by_system.values():
+            assert "failed" not in r, r
+            assert (r["lost"], r["duplicated"]) == (0, 0), r
+    assert results["pipeline"][report.CHARON]["msgs_per_s"] > 0
+    assert results["pipeline"][report.CHARON]["server_cpu_us_per_msg"] >= 0  # read from /proc: bench.cpu
+
+    measured = {label: value for label, value, _, _ in report.targets(results)}
+    assert measured.keys() == {
+        "GET /v2/ping req/s, Charon / bare FastAPI",
+        "pipeline-bulk msgs/s / pipeline msgs/s (Charon)",
+    }
+    assert all(value is not None and value > 0 for value in measured.values()), measured
+    table = report.markdown(results, "smoke")
+    for row in ("| pipeline | charon |", "| pipeline-bulk | charon |", "| ping | bare_fastapi |"):
+        assert row in table
+
+
+def test_revisions_measure_and_report(charon: CharonProcess) -> None:
+    """revisions.measure (compare.loadgen, then the service's CPU) on every workload revisions runs, and its
+    table; the live service stands in for both revisions. Enough messages that the service's CPU is some
+    ticks of /proc's clock (the table divides by it)."""
+    assert charon.proc is not None
+    runs = {w: [revisions.measure(charon, w, 200)] for w in (*revisions.WORKLOADS, "produce+key")}
+    for (run,) in runs.values():
+        assert run["msgs_per_s"] > 0
+        assert run["cpu_us_per_msg"] > 0
+        assert (run["lost"], run["duplicated"]) == (0, 0)
+    table = revisions.report({w: {"base": r, "head": r} for w, r in runs.items()}, "HEAD")
+    rows = table.splitlines()[2:]
+    assert len(rows) == len(runs)  # each workload against "base", then produce+key against produce
+    assert table.count("| 1.00 |") == 2 * len(revisions.WORKLOADS)
+
+
+def test_request_cost_child(redis: RedisServer) -> None:
+    """request_cost's measurement, in a process of its own run from this checkout as --against runs it."""
+    result = request_cost.run_in(request_cost.ROOT, redis.url, 20)
+    assert result.keys() == {"post of 10 messages", "claim of 10", "delete with claim_id"}
+    assert all(us > 0 for us in result.values())
+
+
+def test_command_lines() -> None:
+    """What needs RabbitMQ or Zaqar (neither runs here): compare's arguments and its plan of runs, the AMQP
+    load generator's arguments."""
+    with pytest.raises(SystemExit) as ended:
+        compare.main(["--help"])
+    assert ended.value.code == 0
+    with pytest.raises(SystemExit) as ended:
+        compare.main(["--workloads", "produce,nonsense"])
+    assert ended.value.code == 2
+
+    args = argparse.Namespace(quick=True, workloads=list(compare.WORKLOADS), messages=0, depth_big=0)
+    systems = {name: compare.System(f"http://{name}", []) for name in (report.CHARON, report.ZAQAR)}
+    systems[report.RABBITMQ] = compare.System("amqp://rabbitmq", [])
+    runs = list(compare.plan(args, systems))
+    assert {module for _, _, module, _, _ in runs} == {"bench.loadgen", "bench.amqp"}
+    assert {label for _, label, _, _, _ in runs} >= {
+        report.CHARON,
+        report.ZAQAR,
+        report.RABBITMQ,
+        report.LONG,
+    }
+
+    parsed = amqp.parser().parse_args(["--workload", "dlq", "--messages", "10", "--server-pids", "1,2"])
+    assert cpu.pid_list(parsed.server_pids) == [1, 2]
+    assert callable(rabbitmq.RabbitMQ)
+    assert callable(rabbitmq.release)
+
+
+@pytest.mark.parametrize("study", sorted(p.stem for p in STUDIES.glob("*.py") if p.stem != "__init__"))
+def test_every_study_still_imports(study: str) -> None:
+    importlib.import_module(f"bench.studies.{study}")
