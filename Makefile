@@ -113,7 +113,9 @@ openapi: install
 	$(BIN)/charon openapi > openapi.yaml
 
 # The docs site (mkdocs.yml, docs/) into site/; docs/configuration.md is generated from app/settings.py first.
-docs: $(STAMP)
+# Needs only serving's install and the docs extra, not the tests' tools.
+docs: $(SERVE_STAMP)
+	$(BIN)/pip install -q -e '.[docs]'
 	$(BIN)/python -m app.settings_doc > docs/configuration.md
 	$(BIN)/mkdocs build --strict
 

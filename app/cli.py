@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
-from app.settings import CONFIG_FILE_VARIABLE, Settings, sources, unknown_variables
+from app.settings import CONFIG_FILE_VARIABLE, Settings, not_valid, sources, unknown_variables
 from core.errors import CharonError
 
 APP = "app.main:create_app"
@@ -36,7 +36,7 @@ def load(command: str) -> Settings | None:
         return Settings()
     except (ValidationError, ValueError) as exc:
         print(
-            f"charon {command}: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True
+            f"charon {command}: the configuration is not valid: {not_valid(exc)}", file=sys.stderr, flush=True
         )
         return None
 
@@ -59,7 +59,7 @@ def serve(args: argparse.Namespace) -> int:
             settings, SystemClock()
         )  # the policy file and the auth settings, before anything starts
     except ValueError as exc:
-        print(f"charon serve: the configuration is not valid: {_one_line(exc)}", file=sys.stderr, flush=True)
+        print(f"charon serve: the configuration is not valid: {not_valid(exc)}", file=sys.stderr, flush=True)
         return 2
     level = args.log_level or settings.log_level
     logs.configure(settings.log_format, level)
@@ -73,6 +73,7 @@ def serve(args: argparse.Namespace) -> int:
             log.error("%s", exc)
             return 1
         log.info("embedded redis-server at %s (AOF in %s)", embedded.uri, embedded.data_dir)
+        embedded.supervise()
     # uvicorn re-raises SIGTERM after its graceful shutdown; turning it into SystemExit lets `finally` stop
     # the embedded store.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -137,17 +138,6 @@ def notify(args: argparse.Namespace) -> int:
     except CharonError as exc:
         print(f"charon notify: {exc}", file=sys.stderr, flush=True)
         return 1
-
-
-def _one_line(exc: Exception) -> str:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"CHARON_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-    return str(exc)
 
 
 def _is_loopback(host: str) -> bool:

@@ -9,17 +9,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import redis
 
 from core.errors import StorageUnavailable
+
+log = logging.getLogger("charon.embedded")
 
 LOCK_WAIT_S = 10.0  # how long a starting service waits for a previous one's redis-server to finish
 PR_SET_PDEATHSIG = 1
@@ -65,12 +69,19 @@ def lock_data_dir(data_dir: Path, wait_s: float = LOCK_WAIT_S) -> int:
 
 
 class EmbeddedRedis:
+    """The embedded store: `start()` it, `supervise()` it (a redis-server that dies, killed for memory or by
+    hand, is started again from its AOF, as a service manager would), `stop()` it."""
+
+    RESTART_WAIT_S = 1.0  # after a death, before it is started again (and between tries)
+
     def __init__(self, data_dir: Path, binary: str = "redis-server") -> None:
         self.data_dir = data_dir.resolve()
         self.binary = binary
         self.socket = self.data_dir / "redis.sock"
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None
+        self._stopping = threading.Event()
+        self._restart = threading.Lock()  # a restart and a stop do not cross
 
     @property
     def uri(self) -> str:
@@ -100,6 +111,42 @@ class EmbeddedRedis:
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock = lock_data_dir(self.data_dir)
+        try:
+            return self._launch(exe, timeout)
+        except StorageUnavailable:
+            self.stop()  # and the lock released
+            raise
+
+    def supervise(self) -> None:
+        """Watch the redis-server from a thread: when it dies while the service runs, start it again (with the
+        data directory's lock the service still holds), logging each death."""
+        threading.Thread(target=self._watch, name="charon-embedded-redis", daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            proc = self._proc
+            if proc is None:
+                return
+            code = proc.wait()
+            if self._stopping.wait(self.RESTART_WAIT_S):
+                return
+            with self._restart:
+                if self._stopping.is_set():
+                    return
+                log.error(
+                    "the embedded redis-server exited (%s); starting it again from %s", code, self.data_dir
+                )
+                exe = shutil.which(self.binary)
+                try:
+                    self._launch(exe or self.binary, timeout=10.0)
+                except StorageUnavailable as exc:
+                    log.error("the embedded redis-server did not start again: %s", exc)
+                    continue
+                log.warning("the embedded redis-server runs again at %s", self.uri)
+
+    def _launch(self, exe: str, timeout: float) -> str:
+        """Start the redis-server (the lock already held) and return its URI once it answers."""
+        assert self._lock is not None, "start() takes the data directory's lock first"
         self.socket.unlink(missing_ok=True)
         self._proc = subprocess.Popen(  # noqa: S603 - our own binary and arguments
             [
@@ -131,17 +178,22 @@ class EmbeddedRedis:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                self.stop()
                 raise StorageUnavailable(f"redis-server exited; see {self.data_dir / 'redis.log'}.")
             try:
                 redis.Redis(unix_socket_path=str(self.socket)).ping()
                 return self.uri
             except redis.exceptions.ConnectionError:
                 time.sleep(0.05)
-        self.stop()
+        self._proc.kill()
+        self._proc.wait()
         raise StorageUnavailable(f"redis-server did not answer within {timeout} s.")
 
     def stop(self) -> None:
+        self._stopping.set()
+        with self._restart:
+            self._stop()
+
+    def _stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()  # SIGTERM: redis-server flushes the AOF and exits
             try:

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -33,6 +33,8 @@ from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
 from service.delivery import NotificationSettings
 from storage.base import DEFAULT_TIMEOUT_S
+from storage.export import shown
+from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
 
 class MetricsSettings(BaseModel):
@@ -176,9 +178,11 @@ class Settings(BaseSettings):
         description="Prefix of every Redis key and MongoDB collection name (several services, one store).",
     )
     host: str = Field("127.0.0.1", description="Address `charon serve` binds.")
-    port: int = Field(8888, description="Port `charon serve` binds.")
+    port: int = Field(8888, ge=1, le=65535, description="Port `charon serve` binds.")
     workers: int = Field(
         1,
+        ge=1,
+        le=256,
         description="Worker processes of `charon serve` (one per core; each listens on its own "
         "SO_REUSEPORT socket).",
     )
@@ -252,6 +256,14 @@ class Settings(BaseSettings):
         "signed_url.secret_key); every process of the service needs the same one. Unset: pre-signed URLs "
         "are off.",
     )
+
+    @field_validator("storage_uri", "management_uri")
+    @classmethod
+    def _store_scheme(cls, value: str | None) -> str | None:
+        """A URI of a store some driver opens (else the service would start, then fail opening it)."""
+        if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES + MONGODB_SCHEMES:
+            raise ValueError(unsupported_scheme(urlsplit(value).scheme))
+        return value
 
     @field_validator("policy_file")
     @classmethod
@@ -446,18 +458,16 @@ def unknown_keys(data: Mapping[str, Any], model: type[BaseModel] = Settings, pat
 
 
 def masked(setting: Setting, value: Any) -> str:
-    """`value` as `charon config` shows it: secrets as ***, a URI's password as ***."""
+    """`value` as `charon config` shows it: secrets as ***, a URI's credentials (user:password@ and any
+    ...password= option) as ***, nothing as (unset) or (empty)."""
     if value is None:
         return "(unset)"
     if isinstance(value, SecretStr):
-        return "***" if value.get_secret_value() else ""
+        return "***" if value.get_secret_value() else "(empty)"
     text = str(value.value if hasattr(value, "value") else value)
-    if "://" in text:
-        parts = urlsplit(text)
-        if parts.password:
-            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-            text = urlunsplit(parts._replace(netloc=netloc))
-    return text
+    if text == "":
+        return "(empty)"
+    return shown(text) if "://" in text else text
 
 
 def sources(values: Settings, environ: Mapping[str, str] | None = None) -> Iterator[tuple[Setting, str, str]]:
@@ -486,3 +496,36 @@ def sources(values: Settings, environ: Mapping[str, str] | None = None) -> Itera
             if node is not None:
                 where = f"file {path}"
         yield setting, masked(setting, value), where
+
+
+def named(path: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str:
+    """How a user set the setting at `path` (keys, e.g. ("limits", "max_claim_ttl")), for an error about its
+    value: its variable (CHARON_LIMITS__MAX_CLAIM_TTL) when the environment sets it or no config file is
+    read, else its key in the file (`limits.max_claim_ttl in /etc/charon.toml`)."""
+    environ = os.environ if environ is None else environ
+    variables = [PREFIX + "__".join(path[:i]).upper() for i in range(1, len(path) + 1)]
+    file = environ.get(CONFIG_FILE_VARIABLE)
+    if file and not any(v in {k.upper() for k in environ} for v in variables):
+        return f"{'.'.join(path)} in {file}"
+    return variables[-1]
+
+
+def not_valid(exc: Exception) -> str:
+    """What is wrong with the settings, in one line naming each setting as the user set it (`named`)."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{named(tuple(str(p) for p in e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+    if isinstance(exc, SettingsError):  # a variable of a list or a group that is not JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        group = PREFIX + (field[1].upper() if field else "")
+        given = sorted(k.upper() for k in os.environ if k.upper().startswith(group))
+        return (
+            f"{', '.join(given) or group}: not JSON; a list or a group of settings is written as JSON, like "
+            """CHARON_NOTIFICATIONS__ALLOWED_NETWORKS='["10.0.0.0/8"]'"""
+        )
+    return str(exc)

@@ -17,6 +17,7 @@ from fastapi import Request, Response
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 
 from api.routing import RULE_KEY, Router
+from api.state import state_of
 from core.errors import NotFound
 
 router = Router(tags=["docs"])
@@ -34,11 +35,18 @@ ASSETS = {
 # Swagger UI sends the document to validator.swagger.io unless told not to: a page of this service's calls
 # nothing but this service.
 SWAGGER_PARAMETERS = {"validatorUrl": None}
+# ...and the browser is told so: ReDoc's bundle still draws its logo from cdn.redoc.ly, which this policy
+# keeps it from fetching (the pages' own start-up scripts and styles are inline)
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' "
+    "'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; "
+    "connect-src 'self'; frame-ancestors 'self'"
+}
 
 
 async def authorize_reader(request: Request, rule: str) -> None:
     """In without credentials while the rule lets anyone in; otherwise the rule decides, as for any route."""
-    auth = request.app.state.auth
+    auth = state_of(request).auth
     if not auth.policy.lets_anyone_in(rule):
         await auth.authorize(request, rule)
 
@@ -52,7 +60,7 @@ def _base(request: Request) -> str:
 @router.plain("GET", "/docs", guard=authorize_reader, openapi_extra=GUARDED, include_in_schema=False)
 async def swagger_ui(request: Request) -> Response:
     base, title = _base(request), request.app.title
-    return get_swagger_ui_html(
+    page = get_swagger_ui_html(
         openapi_url=base + (request.app.openapi_url or ""),
         title=f"{title} - Swagger UI",
         swagger_js_url=f"{base}{ASSETS_PATH}/swagger-ui-bundle.js",
@@ -60,18 +68,22 @@ async def swagger_ui(request: Request) -> Response:
         swagger_favicon_url=f"{base}{ASSETS_PATH}/favicon.png",
         swagger_ui_parameters=SWAGGER_PARAMETERS,
     )
+    page.headers.update(PAGE_HEADERS)
+    return page
 
 
 @router.plain("GET", "/redoc", guard=authorize_reader, openapi_extra=GUARDED, include_in_schema=False)
 async def redoc(request: Request) -> Response:
     base, title = _base(request), request.app.title
-    return get_redoc_html(
+    page = get_redoc_html(
         openapi_url=base + (request.app.openapi_url or ""),
         title=f"{title} - ReDoc",
         redoc_js_url=f"{base}{ASSETS_PATH}/redoc.standalone.js",
         redoc_favicon_url=f"{base}{ASSETS_PATH}/favicon.png",
         with_google_fonts=False,  # a stylesheet from fonts.googleapis.com otherwise
     )
+    page.headers.update(PAGE_HEADERS)
+    return page
 
 
 @cache

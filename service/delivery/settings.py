@@ -63,8 +63,8 @@ class NotificationSettings(BaseModel):
     )
     smtp_host: str = Field(
         "",
-        description="The SMTP server mailto: notifications are sent through; empty: mail is off and a "
-        "mailto: delivery fails (it is not retried).",
+        description="The SMTP server mailto: notifications are sent through; empty: mail is off, and a "
+        "mailto: subscriber is refused (400) when a subscription is created or changed.",
     )
     smtp_port: int = Field(25, ge=1, le=65535, description="The SMTP server's port (465 with smtp_tls).")
     smtp_username: str = Field("", description="The SMTP login; empty: no login.")

@@ -36,6 +36,10 @@ async def test_a_page_loads_only_what_the_service_serves(page: str) -> None:
         assert r.status_code == 200
         assert r.headers["content-type"] == "text/html; charset=utf-8"
         assert re.findall(r"\w+://", r.text) == []  # no absolute URL: nothing from another host
+        # and the browser fetches nothing from another host either (ReDoc's bundle draws a logo from its CDN)
+        policy = dict(d.strip().split(" ", 1) for d in r.headers["content-security-policy"].split(";"))
+        assert policy["default-src"] == "'self'"
+        assert all("://" not in sources and "*" not in sources for sources in policy.values()), policy
         urls = _referenced(r.text)
         assert "/openapi.json" in urls
         assert len(urls) == (4 if page == "/docs" else 3)  # script, favicon, document (and Swagger's CSS)

@@ -103,7 +103,7 @@ def test_config_says_where_each_value_came_from_and_masks_secrets(
     assert code == 0, err
     assert line_of(out, "CHARON_NAMESPACE") == ["CHARON_NAMESPACE", "from-env", "(environment)"]
     assert line_of(out, "CHARON_STORAGE_URI") == [
-        "CHARON_STORAGE_URI", "redis://:***@10.0.0.5:6379/0", "(file", f"{toml})"
+        "CHARON_STORAGE_URI", "redis://***@10.0.0.5:6379/0", "(file", f"{toml})"
     ]  # fmt: skip
     assert line_of(out, "CHARON_METRICS__MAX_QUEUES")[1:] == ["7", "(file", f"{toml})"]
     assert line_of(out, "CHARON_METRICS__BEARER_TOKEN")[1] == "***"
@@ -123,7 +123,8 @@ def test_config_says_where_each_value_came_from_and_masks_secrets(
             "unknown setting metrics.max_queus (did you mean metrics.max_queues?)",
         ),
         ("port = \n", "is not TOML"),
-        ('port = "many"\n', "CHARON_PORT"),
+        ('port = "many"\n', "port in "),  # named as the file has it, not as a variable nobody set
+        ('[limits]\nmax_claim_ttl = "long"\n', "limits.max_claim_ttl in "),
     ],
 )
 def test_a_bad_config_file_stops_the_command(
@@ -147,6 +148,47 @@ def test_a_missing_config_file_stops_the_command(
     code, _, err = run(["serve", "--config", str(missing)], capsys)
     assert code == 2
     assert f"the config file {missing} cannot be read" in err, err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("CHARON_STORAGE_URI", "http://x", "CHARON_STORAGE_URI: Unsupported storage URI scheme 'http'"),
+        ("CHARON_MANAGEMENT_URI", "memcached://x", "CHARON_MANAGEMENT_URI: Unsupported storage URI scheme"),
+        ("CHARON_PORT", "99999", "CHARON_PORT: Input should be less than or equal to 65535"),
+        ("CHARON_WORKERS", "0", "CHARON_WORKERS: Input should be greater than or equal to 1"),
+        (
+            "CHARON_NOTIFICATIONS__ALLOWED_NETWORKS",
+            "10.0.0.0/8",
+            "CHARON_NOTIFICATIONS__ALLOWED_NETWORKS: not JSON",
+        ),
+    ],
+)
+def test_a_bad_value_stops_serve_in_one_line_before_anything_starts(
+    variable: str, value: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, a URI no driver opens started the service, which then failed with a traceback; port 99999
+    was bound as some other port, and 0 workers silently ran one."""
+    monkeypatch.setenv(variable, value)
+    code, _, err = run(["serve"], capsys)
+    assert code == 2
+    assert said in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_config_masks_passwords_in_a_uri_query_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = "redis+sentinel://:primarypw@s1:26379/mymaster/0?sentinel_password=sentinelpw"
+    monkeypatch.setenv("CHARON_STORAGE_URI", uri)
+    code, out, _ = run(["config"], capsys)
+    assert code == 0
+    assert (
+        line_of(out, "CHARON_STORAGE_URI")[1]
+        == "redis+sentinel://***@s1:26379/mymaster/0?sentinel_password=***"
+    )
+    assert line_of(out, "CHARON_NOTIFICATIONS__SMTP_HOST")[1] == "(empty)"
 
 
 def test_version_and_help_name_the_variables(capsys: pytest.CaptureFixture[str]) -> None:
