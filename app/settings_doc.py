@@ -138,26 +138,32 @@ def _type_name(annotation: Any) -> str:
     if origin is dict:
         return "JSON object"
     if isinstance(annotation, type):
-        if issubclass(annotation, enum.Enum):
-            return "one of " + ", ".join(f"`{member.value}`" for member in annotation)
-        if issubclass(annotation, (SecretStr, SecretBytes)):
-            return "secret"
-        if issubclass(annotation, bool):
-            return "boolean"
-        if issubclass(annotation, int):
-            return "integer"
-        if issubclass(annotation, float):
-            return "number"
-        if issubclass(annotation, str):
-            return "string"
-        if annotation in (IPvAnyNetwork, IPvAnyInterface):
-            return "IP network (CIDR)"
-        if annotation is IPvAnyAddress:
-            return "IP address"
-        if issubclass(annotation, PurePath):
-            return "path"
-        return annotation.__name__
+        return _class_name(annotation)
     return str(annotation)
+
+
+# a class's name on the page, the first of these it is (bool before int: a bool is an int)
+CLASS_NAMES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    ((SecretStr, SecretBytes), "secret"),
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (PurePath, "path"),
+)
+NAMED_TYPES: dict[Any, str] = {
+    IPvAnyNetwork: "IP network (CIDR)",
+    IPvAnyInterface: "IP network (CIDR)",
+    IPvAnyAddress: "IP address",
+}
+
+
+def _class_name(annotation: type) -> str:
+    if issubclass(annotation, enum.Enum):
+        return "one of " + ", ".join(f"`{member.value}`" for member in annotation)
+    if annotation in NAMED_TYPES:
+        return NAMED_TYPES[annotation]
+    return next((name for kinds, name in CLASS_NAMES if issubclass(annotation, kinds)), annotation.__name__)
 
 
 def _bounds(field: FieldInfo) -> str:
