@@ -28,6 +28,7 @@ from api.head import HEAD_KEY
 from api.keystone import TokenValidator
 from api.policy import Policy
 from api.signed import SignedGrant
+from api.state import state_of
 from core.clock import Clock
 from core.errors import InvalidInput, NotAuthorized, Unauthenticated
 
@@ -230,8 +231,7 @@ def identity_of(request: Request) -> Identity:
 def may(request: Request, rule: str) -> bool:
     """Whether the request's caller passes `rule` too (a part of an answer with a rule of its own)."""
     identity = identity_of(request)
-    auth: Authenticator = request.app.state.auth
-    return auth.policy.allows(rule, identity.project, identity.user, identity.roles)
+    return state_of(request).auth.policy.allows(rule, identity.project, identity.user, identity.roles)
 
 
 def _roles(header: str | None) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from api.auth import identity_of
 from api.errors import describe_errors
 from api.params import QUERY, QueryModel
+from api.state import state_of
 from core.clock import Clock
 from core.errors import InvalidBody, PayloadTooLarge, UnsupportedMediaType
 from core.limits import Limits, check_client_id, check_project, check_queue_name
@@ -35,28 +36,23 @@ M = TypeVar("M", bound=BaseModel)
 
 
 async def get_store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
+    return state_of(request).store
 
 
 async def get_limits(request: Request) -> Limits:
-    limits: Limits = request.app.state.limits
-    return limits
+    return state_of(request).limits
 
 
 async def get_clock(request: Request) -> Clock:
-    clock: Clock = request.app.state.clock
-    return clock
+    return state_of(request).clock
 
 
 async def get_defaults(request: Request) -> DeadLetterDefaults:
-    defaults: DeadLetterDefaults = request.app.state.defaults
-    return defaults
+    return state_of(request).defaults
 
 
 async def get_redrive(request: Request) -> RedriveRunner:
-    runner: RedriveRunner = request.app.state.redrive
-    return runner
+    return state_of(request).redrive
 
 
 PROVENANCE_DOC = (
@@ -73,7 +69,7 @@ class ProvenanceQuery(QueryModel):
 
 
 async def show_provenance(request: Request, params: Annotated[ProvenanceQuery, QUERY]) -> bool:
-    default: bool = request.app.state.provenance
+    default = state_of(request).provenance
     return default if params.provenance is None else params.provenance
 
 
@@ -116,7 +112,7 @@ class QueueCall:
 def call_of(request: Request) -> QueueCall:
     """The QueueCall of a request, for the plain routes (api/routing.py), which take the Request."""
     q, client = _queue_and_client(request)
-    state = request.app.state
+    state = state_of(request)
     return QueueCall(q, client, state.store, state.limits, state.clock, state.provenance)
 
 
@@ -220,7 +216,7 @@ def _check_integers(raw: bytes) -> None:
 
 
 def _too_deep(request: Request) -> InvalidBody:
-    limit = request.app.state.limits.max_json_depth
+    limit = state_of(request).limits.max_json_depth
     return InvalidBody(
         f"The body nests objects and arrays hundreds of levels deep; message bodies and metadata may nest "
         f"at most {limit} (CHARON_LIMITS__MAX_JSON_DEPTH)."

@@ -27,9 +27,9 @@ from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
 
-from api.auth import Authenticator
 from api.params import QUERY_KEY, operation_parameters, query_model_of
 from api.policy import rule_for
+from api.state import state_of
 
 E = TypeVar("E", bound=Callable[..., Awaitable[Response]])
 # How a route checks its rule, when not the app's Authenticator.authorize (GET /metrics: a scraper's token)
@@ -92,8 +92,7 @@ class Route(APIRoute):
 
         async def parsed(request: Request) -> Response:
             if rule is not None:
-                auth: Authenticator = request.app.state.auth
-                await auth.authorize(request, rule)
+                await state_of(request).auth.authorize(request, rule)
             request.scope[QUERY_KEY] = (self.query_model, self.query_model.collect(request, self.path))
             return await handler(request)
 
@@ -128,7 +127,7 @@ class PlainRoute(StarletteRoute):
                 scope["route"] = route  # as FastAPI's routes do: the access log's template (api/access.py)
                 request = Request(scope, receive, send)
                 if rule is not None:
-                    await (guard or request.app.state.auth.authorize)(request, rule)
+                    await (guard or state_of(request).auth.authorize)(request, rule)
                 response = await endpoint(request, model.parse(request, path))
                 await response(scope, receive, send)
 
@@ -138,7 +137,7 @@ class PlainRoute(StarletteRoute):
                 scope["route"] = route
                 request = Request(scope, receive, send)
                 if rule is not None:
-                    await (guard or request.app.state.auth.authorize)(request, rule)
+                    await (guard or state_of(request).auth.authorize)(request, rule)
                 if scope["query_string"]:
                     model.parse(request, path)  # refuses any parameter
                 response = await endpoint(request)

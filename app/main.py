@@ -1,4 +1,6 @@
-"""create_app(): the FastAPI application, its store opened and closed by the lifespan."""
+"""create_app(): the FastAPI application, built by small functions: its typed state (`app_state`, read through
+api/state.py `state_of`), its routes (`add_routes`), its OpenAPI document (`openapi`); and the lifespan, which
+opens and closes the store and runs the background work (`lifespan`, `opened_store`, `background`)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from starlette.routing import BaseRoute
 
 from api.access import AccessLog, RequestLog
 from api.auth import Authenticator, AuthMode
@@ -28,6 +33,7 @@ from api.routes import admin, claims, docs, health, messages, queues, redrive, s
 from api.routes import metrics as metrics_route
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
+from api.state import AppState, attach, state_of
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
 from core.clock import Clock, SystemClock
@@ -44,7 +50,7 @@ from storage.traced import traced
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
-    from opentelemetry.trace import TracerProvider
+    from opentelemetry.trace import Tracer, TracerProvider
 
 VERSION = "0.1.0"
 
@@ -162,145 +168,204 @@ def create_app(
     own)."""
     settings = settings or Settings()
     clock = clock or SystemClock()
-    exporting: SDKTracerProvider | None = None
-    if settings.tracing and tracer_provider is None:
-        from app.tracing import exporting_provider
-
-        tracer_provider = exporting = exporting_provider(settings)
-
-    defaults = settings.dead_letter_defaults()
-
-    @asynccontextmanager
-    async def sweeping(active: Store) -> AsyncIterator[None]:
-        """The background work of every process: the sweeper (unless turned off), redrive adoption and (with
-        `notify`) the notifier."""
-        tasks = [asyncio.create_task(app.state.redrive.run_forever(), name="charon-redrive")]
-        if notify:
-            tasks.append(asyncio.create_task(app.state.notifier.run(), name="charon-notifier"))
-        if settings.sweep_interval > 0:
-            sweeper = run_sweeper(active, settings.sweep_interval)
-            tasks.append(asyncio.create_task(sweeper, name="charon-sweeper"))
-        try:
-            with answer_long_polls_on_exit(app.state.long_polls):
-                yield
-        finally:
-            await app.state.long_polls.aclose()
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await app.state.deliverer.aclose()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            async with serving():
-                yield
-        finally:
-            if access_log is not None:
-                access_log.flush()  # the lines still waiting
-            if exporting is not None:
-                exporting.shutdown()  # sends the spans still batched
-
-    @asynccontextmanager
-    async def serving() -> AsyncIterator[None]:
-        if store is not None:
-            app.state.store = requests_store(store)
-            async with sweeping(store):
-                yield
-            return
-        opened, embedded = open_configured_store(settings, clock)
-        app.state.store = requests_store(opened)
-        try:
-            async with sweeping(opened):
-                yield
-        finally:
-            await opened.aclose()
-            if embedded is not None:
-                embedded.stop()
-
+    provider, exporting = tracer_providers(settings, tracer_provider)
+    serving = Serving(settings, clock, store, notify, store_tracer(provider), exporting)
     app = FastAPI(
         title="Charon",
         version=VERSION,
         description="A Zaqar-v2-compatible message queue with first-class dead-letter queues.",
-        lifespan=lifespan,
+        lifespan=partial(lifespan, serving=serving),
         # No redirect from /x/ to /x: a 307 keeps its method, and DELETE .../messages/..%2f was sent on to
         # DELETE /v2/queues/<name>/ and then to the queue itself. A path that matches nothing is a JSON 404.
         redirect_slashes=False,
         docs_url=None,
         redoc_url=None,
     )
-    app.state.settings = settings
-    app.state.limits = settings.limits
-    app.state.provenance = settings.provenance
-    app.state.clock = clock
-    app.state.defaults = defaults
-    app.state.storage_check = health.StorageCheck()
-    app.state.auth = authenticator(settings, clock)
-    app.state.redrive = RedriveRunner(
-        lambda: app.state.store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)
-    )
-    app.state.deliverer = Deliverer(settings.notifications)
-    app.state.notifier = notifier(lambda: app.state.store, app.state.deliverer, settings, clock)
-    app.state.long_polls = LongPolls(
-        lambda: app.state.store, clock=clock, max_waiting=settings.limits.max_waiting_claims
-    )
+    state = app_state(settings, clock)
+    if store is not None:
+        state.store = serving.requests_store(store)
+    attach(app, state)
     register_error_handlers(app)
-    declared = [
-        r for m in (messages, claims, health, queues, subscriptions, redrive, admin) for r in m.router.routes
-    ]
+    declared = add_routes(app)
+    # GET /metrics, and the HTTP series: counted inside HeadAsGet, which hides the matched route from outside
+    app.add_middleware(RequestLog, log=state.access_log, metrics=HttpMetrics())
+    app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by
+    if provider is not None:
+        from app.tracing import instrument
+
+        instrument(app, provider)
+    app.openapi = partial(openapi, app, declared, settings)  # type: ignore[method-assign]
+    return app
+
+
+def tracer_providers(
+    settings: Settings, given: TracerProvider | None
+) -> tuple[TracerProvider | None, SDKTracerProvider | None]:
+    """With CHARON_TRACING, where spans go: the caller's provider, else an OTLP exporter's (returned twice:
+    the lifespan shuts that one down). (None, None) with tracing off."""
+    if not settings.tracing:
+        return None, None
+    if given is not None:
+        return given, None
+    from app.tracing import exporting_provider
+
+    made = exporting_provider(settings)
+    return made, made
+
+
+def store_tracer(provider: TracerProvider | None) -> Tracer | None:
+    """The tracer of the store's spans, when tracing."""
+    if provider is None:
+        return None
+    from app.tracing import STORE_TRACER
+
+    return provider.get_tracer(STORE_TRACER)
+
+
+def app_state(settings: Settings, clock: Clock) -> AppState:
+    """What requests read (api/state.py), from the settings; without its store, which the caller or the
+    lifespan sets. The background services reach the store through the state, so they use the one the
+    requests use."""
+    limits = settings.limits
+    token = settings.metrics.bearer_token
+    deliverer = Deliverer(settings.notifications)
+
+    def store() -> Store:
+        return state.store
+
+    state = AppState(
+        clock=clock,
+        limits=limits,
+        defaults=settings.dead_letter_defaults(),
+        provenance=settings.provenance,
+        admin_mode=settings.admin_mode,
+        idempotency_window_ms=settings.idempotency_window * 1000,
+        storage_timeout=settings.storage_timeout,
+        namespace=settings.namespace,
+        notifications=settings.notifications,
+        metrics_token=None if token is None else token.get_secret_value().encode(),
+        metrics_loopback=settings.metrics.allow_loopback,
+        auth=authenticator(settings, clock),
+        storage_check=health.StorageCheck(),
+        long_polls=LongPolls(store, clock=clock, max_waiting=limits.max_waiting_claims),
+        redrive=RedriveRunner(store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)),
+        deliverer=deliverer,
+        notifier=notifier(store, deliverer, settings, clock),
+        gauges=StoreGauges(
+            store,
+            clock=clock,
+            max_queues=settings.metrics.max_queues,
+            max_read=settings.metrics.max_queues_read,
+            cache_seconds=settings.metrics.cache_seconds,
+            sweeping=settings.sweep_interval > 0,
+        ),
+        access_log=AccessLog(text=settings.log_format == "text") if settings.access_log else None,
+    )
+    return state
+
+
+# the routers of the OpenAPI document, in its order
+DECLARED = (messages, claims, health, queues, subscriptions, redrive, admin)
+
+
+def add_routes(app: FastAPI) -> list[BaseRoute]:
+    """Every route on the app's one router; the routes the OpenAPI document shows, in the order declared."""
+    declared = [r for m in DECLARED for r in m.router.routes]
     # The router tries routes in order, a regular expression each: the hot routes go first (no route
     # shadows another, so the order changes nothing else; tests/api/test_dispatch.py).
     hot = [r for r in declared if isinstance(r, PlainRoute)]
     app.router.routes[:0] = hot
     app.router.routes.extend(r for r in declared if r not in hot)
-    # GET /metrics, and the HTTP series: counted inside HeadAsGet, which hides the matched route from outside
-    app.state.metrics = StoreGauges(
-        lambda: app.state.store,
-        clock=clock,
-        max_queues=settings.metrics.max_queues,
-        max_read=settings.metrics.max_queues_read,
-        cache_seconds=settings.metrics.cache_seconds,
-        sweeping=settings.sweep_interval > 0,
-    )
-    declared += metrics_route.router.routes
     app.router.routes += metrics_route.router.routes + docs.router.routes  # /docs, /redoc: not documented
-    access_log = app.state.access_log = (
-        AccessLog(text=settings.log_format == "text") if settings.access_log else None
-    )
-    app.add_middleware(RequestLog, log=access_log, metrics=HttpMetrics())
-    app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by
-    tracer = None
-    if settings.tracing:
-        from app.tracing import instrument
+    return declared + metrics_route.router.routes
 
-        assert tracer_provider is not None
-        tracer = instrument(app, tracer_provider)
 
-    def requests_store(active: Store) -> Store:
-        """The store requests use (app.state.store): with tracing, each call a span. The sweeper's calls
+def openapi(app: FastAPI, declared: list[BaseRoute], settings: Settings) -> dict[str, Any]:
+    """The app's OpenAPI document (`app.openapi`), made on the first call."""
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=documented(declared),  # in the order declared, not dispatched
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented
+            doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(doc.pop("$defs", {}))
+            components[model.__name__] = doc
+        refine(schema, settings.limits, settings.auth.value)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What the lifespan needs beside the app's state."""
+
+    settings: Settings
+    clock: Clock
+    store: Store | None  # the caller's, who closes it; None: the configured one, opened and closed here
+    notify: bool  # run a notifier in this process's event loop
+    tracer: Tracer | None  # CHARON_TRACING: the store's spans
+    exporting: SDKTracerProvider | None  # the provider made here, which the lifespan shuts down
+
+    def requests_store(self, active: Store) -> Store:
+        """The store requests use (AppState.store): with tracing, each call a span. The sweeper's calls
         are not traced: it runs every CHARON_SWEEP_INTERVAL, in no request."""
-        return traced(active, tracer) if tracer is not None else active
+        return traced(active, self.tracer) if self.tracer is not None else active
 
-    if store is not None:
-        app.state.store = requests_store(store)
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=documented(declared),  # in the order declared, not dispatched
-            )
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in REQUEST_MODELS:  # bodies parsed by hand (size limit first) still get documented
-                doc = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                components.update(doc.pop("$defs", {}))
-                components[model.__name__] = doc
-            refine(schema, settings.limits, settings.auth.value)
-            app.openapi_schema = schema
-        return app.openapi_schema
+@asynccontextmanager
+async def lifespan(app: FastAPI, serving: Serving) -> AsyncIterator[None]:
+    """From startup to shutdown: the store and the background work; at exit, the access log's last lines
+    and the spans still batched."""
+    state = state_of(app)
+    try:
+        async with opened_store(serving) as active:
+            state.store = serving.requests_store(active)
+            async with background(state, active, serving):
+                yield
+    finally:
+        if state.access_log is not None:
+            state.access_log.flush()  # the lines still waiting
+        if serving.exporting is not None:
+            serving.exporting.shutdown()  # sends the spans still batched
 
-    app.openapi = openapi  # type: ignore[method-assign]
-    return app
+
+@asynccontextmanager
+async def opened_store(serving: Serving) -> AsyncIterator[Store]:
+    """The caller's store, or the configured one, opened here and closed at exit (and the embedded
+    redis-server, when one was started for it, stopped after)."""
+    if serving.store is not None:
+        yield serving.store
+        return
+    opened, embedded = open_configured_store(serving.settings, serving.clock)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+        if embedded is not None:
+            embedded.stop()
+
+
+@asynccontextmanager
+async def background(state: AppState, active: Store, serving: Serving) -> AsyncIterator[None]:
+    """The background work of every process: the sweeper on `active` (unless turned off), redrive adoption
+    and (with `notify`) the notifier; at exit, waiting claims answered first."""
+    tasks = [asyncio.create_task(state.redrive.run_forever(), name="charon-redrive")]
+    if serving.notify:
+        tasks.append(asyncio.create_task(state.notifier.run(), name="charon-notifier"))
+    interval = serving.settings.sweep_interval
+    if interval > 0:
+        tasks.append(asyncio.create_task(run_sweeper(active, interval), name="charon-sweeper"))
+    try:
+        with answer_long_polls_on_exit(state.long_polls):
+            yield
+    finally:
+        await state.long_polls.aclose()
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await state.deliverer.aclose()

@@ -14,11 +14,12 @@ from fastapi import FastAPI
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
-    from opentelemetry.trace import Tracer, TracerProvider
+    from opentelemetry.trace import TracerProvider
 
     from app.settings import Settings
 
 SERVICE_NAME = "charon"
+STORE_TRACER = "charon.store"  # the tracer of the store's spans (app/main.py)
 
 
 def exporting_provider(settings: Settings) -> SDKTracerProvider:
@@ -36,10 +37,9 @@ def exporting_provider(settings: Settings) -> SDKTracerProvider:
     return provider
 
 
-def instrument(app: FastAPI, provider: TracerProvider) -> Tracer:
-    """Trace every request of `app` with `provider`; the tracer of the store's spans."""
+def instrument(app: FastAPI, provider: TracerProvider) -> None:
+    """Trace every request of `app` with `provider`."""
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
     # no spans of their own for each ASGI receive and send: a request's span and its storage calls'
     FastAPIInstrumentor.instrument_app(app, tracer_provider=provider, exclude_spans=["receive", "send"])
-    return provider.get_tracer("charon.store")

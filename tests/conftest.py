@@ -22,6 +22,7 @@ import pymongo
 import pytest
 from fastapi import FastAPI
 
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
@@ -274,7 +275,9 @@ async def client(store: Store, clock: ManualClock, settings: Settings) -> AsyncI
     app = create_app(settings, store=store, clock=clock)
     async with api_client(app) as c:
         yield c
-    await app.state.long_polls.aclose()  # no lifespan here: its long polls' subscriptions end with the test
+    await state_of(
+        app
+    ).long_polls.aclose()  # no lifespan here: its long polls' subscriptions end with the test
 
 
 AUTO_DLQ = DeadLetterDefaults(max_claim_count=2, template="{queue}.DLQ")

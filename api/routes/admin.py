@@ -26,6 +26,7 @@ from api.schemas import (
     PoolsPage,
     json_body,
 )
+from api.state import state_of
 from core.errors import CharonError, Conflict, InvalidInput, NotAuthorized, NotFound
 from core.limits import check_json_depth, check_name, check_page_limit
 from storage.base import Store
@@ -43,12 +44,12 @@ ADMIN_BODY_LIMIT = 65_536
 async def require_admin_mode(request: Request) -> None:
     """403 while the admin API is off. Who may call each route is its policy rule's business (api/policy.py:
     Zaqar's defaults, the admin role for every change)."""
-    if not request.app.state.settings.admin_mode:
+    if not state_of(request).admin_mode:
         raise NotAuthorized("The admin API is off; an operator turns it on with CHARON_ADMIN_MODE=true.")
 
 
 async def pooled_store(request: Request) -> PooledStore:
-    store = unwrapped(request.app.state.store)  # the pool catalogue's calls are not traced
+    store = unwrapped(state_of(request).store)  # the pool catalogue's calls are not traced
     if not isinstance(store, PooledStore):
         raise Conflict(
             "Pooling is off: the service stores every queue in CHARON_STORAGE_URI. Start it with "
@@ -94,7 +95,7 @@ async def _patch_body(request: Request, model: type[M], what: str) -> M:
     if not body.model_fields_set:
         raise InvalidInput(f"A {what} patch changes at least one of {', '.join(model.model_fields)}.")
     for free_form in ("options", "capabilities"):
-        check_json_depth(getattr(body, free_form, None), request.app.state.limits, free_form)
+        check_json_depth(getattr(body, free_form, None), state_of(request).limits, free_form)
     return body
 
 
@@ -118,11 +119,11 @@ async def _check_reachable(pool: Pool, request: Request) -> None:
     """400 unless the pool's URI opens a driver that answers within the storage timeout, so a typo never
     becomes a pool. The URI is the client's: anything its parsing raises (a port out of range, an option
     redis-py or PyMongo refuses) is a reason to refuse it, not a failure of the service."""
-    settings = request.app.state.settings
-    timeout = min(settings.storage_timeout, URI_CHECK_TIMEOUT_S)
+    state = state_of(request)
+    timeout = min(state.storage_timeout, URI_CHECK_TIMEOUT_S)
     store: Store | None = None
     try:
-        store = open_store(pool.uri, namespace=pool_namespace(pool, settings.namespace), timeout=timeout)
+        store = open_store(pool.uri, namespace=pool_namespace(pool, state.namespace), timeout=timeout)
         await asyncio.wait_for(store.ping(), timeout)
     except CharonError as exc:
         raise InvalidInput(f"Pool {pool.name!r}: its uri does not answer ({exc}).") from None
@@ -180,7 +181,7 @@ async def create_pool(pool_name: PoolName, store: PoolsDep, request: Request) ->
     if not raw:
         raise InvalidInput("A pool is registered with a body: uri and weight (flavor and options optional).")
     body = validate_body(PoolIn, raw)
-    check_json_depth(body.options, request.app.state.limits, "options")
+    check_json_depth(body.options, state_of(request).limits, "options")
     pool = Pool(_name(pool_name, "pool"), body.uri, body.weight, body.flavor, body.options or {})
     if await store.catalogue.get_pool(pool.name) is not None:
         raise Conflict(f"Pool {pool.name!r} exists; change it with PATCH /v2/pools/{pool.name}.")
@@ -279,7 +280,7 @@ async def list_flavors(
 async def create_flavor(flavor_name: FlavorName, store: PoolsDep, request: Request) -> Response:
     raw = await read_object(request, max_size=ADMIN_BODY_LIMIT, what="The flavor")
     body = validate_body(FlavorIn, raw)
-    check_json_depth(body.capabilities, request.app.state.limits, "capabilities")
+    check_json_depth(body.capabilities, state_of(request).limits, "capabilities")
     name = _name(flavor_name, "flavor")
     if await store.catalogue.get_flavor(name) is not None:
         raise Conflict(f"Flavor {name!r} exists; change it with PATCH /v2/flavors/{name}.")

@@ -21,6 +21,7 @@ from api.params import QueryModel
 from api.render import json_response, messages
 from api.routing import Router
 from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
+from api.state import state_of
 from core.errors import InvalidInput
 from core.limits import (
     DELAY_DOC,
@@ -31,7 +32,6 @@ from core.limits import (
     check_range,
     check_release_delay,
 )
-from service.waiting import LongPolls
 
 router = Router(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -88,7 +88,7 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
     grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
     if wait:
-        polls: LongPolls = request.app.state.long_polls
+        polls = state_of(request).long_polls
         result = await polls.claim(call.q, ttl=ttl, grace=grace, limit=size, wait=wait, client_id=call.client)
     else:
         result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size, client_id=call.client)

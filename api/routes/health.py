@@ -15,6 +15,7 @@ from api.deps import StoreDep
 from api.render import json_response
 from api.routing import Router
 from api.schemas import ErrorOut, HealthOut
+from api.state import state_of
 from core.errors import StorageFull, StorageUnavailable
 from storage.base import Store
 from storage.pooling.store import PooledStore
@@ -123,7 +124,7 @@ class StorageCheck:
     responses={503: {"model": ErrorOut}},
 )
 async def ping(request: Request) -> Response:
-    state = request.app.state
+    state = state_of(request)
     if not await state.storage_check.ok(state.store):
         raise StorageUnavailable("The storage did not answer the last check.")
     return Response(status_code=204)
@@ -143,7 +144,7 @@ async def health(store: StoreDep, request: Request) -> Response:
     """Zaqar's health: whether the storage answers; with pooling, an admin also sees the catalogue and each
     pool."""
     pooled = unwrapped(store)
-    if isinstance(pooled, PooledStore) and request.app.state.settings.admin_mode and may(request, DETAILED):
+    if isinstance(pooled, PooledStore) and state_of(request).admin_mode and may(request, DETAILED):
         return await _pooled_health(pooled)
     state = await storage_state(store)
     return json_response(state, status_code=200 if state.get("storage_writable") else 503)
@@ -187,7 +188,7 @@ async def livez(request: Request) -> Response:
     responses={503: {"model": ErrorOut}},
 )
 async def readyz(request: Request) -> Response:
-    state = await storage_state(request.app.state.store)
+    state = await storage_state(state_of(request).store)
     if not state["storage_reachable"]:
         raise StorageUnavailable("The storage is not reachable.")
     if not state.get("storage_writable"):

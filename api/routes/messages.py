@@ -43,6 +43,7 @@ from api.schemas import (
     RejectOut,
     json_body,
 )
+from api.state import state_of
 from core.errors import InvalidInput, MessageNotFound, NotAllDeleted
 from core.limits import (
     DELAY_DOC,
@@ -169,8 +170,7 @@ async def post_messages(request: Request) -> Response:
     key = idempotency_key(request)
     once = None
     if key is not None:
-        window_ms = request.app.state.settings.idempotency_window * 1000
-        once = Idempotency(key, fingerprint(body), window_ms)
+        once = Idempotency(key, fingerprint(body), state_of(request).idempotency_window_ms)
     ids = await call.store.post_messages(
         q,
         new,

@@ -19,25 +19,24 @@ from prometheus_client.metrics_core import Metric
 
 from api.routing import Router
 from api.schemas import ErrorOut
+from api.state import state_of
 from core.errors import NotAuthorized
-from service.gauges import StoreGauges
 
 router = Router(tags=["service"])
 
 
 async def authorize_scrape(request: Request, rule: str) -> None:
     """In: a matching bearer token, or a loopback address when allowed; otherwise the rule decides."""
-    settings = request.app.state.settings.metrics
-    if settings.bearer_token is not None:
+    state = state_of(request)
+    if state.metrics_token is not None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
-            expected = settings.bearer_token.get_secret_value().encode()
-            if not hmac.compare_digest(token.strip().encode(), expected):
+            if not hmac.compare_digest(token.strip().encode(), state.metrics_token):
                 raise NotAuthorized("The bearer token is not the one CHARON_METRICS__BEARER_TOKEN sets.")
             return
-    if settings.allow_loopback and request.client is not None and _loopback(request.client.host):
+    if state.metrics_loopback and request.client is not None and _loopback(request.client.host):
         return
-    await request.app.state.auth.authorize(request, rule)
+    await state.auth.authorize(request, rule)
 
 
 def _loopback(host: str) -> bool:
@@ -71,7 +70,7 @@ class _Families:
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 403: {"model": ErrorOut}},
 )
 async def metrics(request: Request) -> Response:
-    gauges: StoreGauges = request.app.state.metrics
+    gauges = state_of(request).gauges
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
     body: bytes = encoder(_Families(await gauges.families()))
     return Response(body, media_type=content_type)

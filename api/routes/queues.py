@@ -27,6 +27,7 @@ from api.render import json_response, stamp
 from api.routing import Router
 from api.schemas import ErrorOut, PatchOp, PurgeIn, QueuesPage, ShareIn, ShareOut, StatsOut, json_body
 from api.signed import SignedGrant, format_expires
+from api.state import state_of
 from core.errors import (
     InvalidBody,
     NotAuthorized,
@@ -234,7 +235,7 @@ async def share_queue(q: QueueDep, clock: ClockDep, limits: LimitsDep, request: 
     body = validate_body(ShareIn, raw)
     now = datetime.fromtimestamp(clock.now_ms() / 1000, UTC)
     expires = _expires(body.expires, now, limits.max_share_seconds)
-    key: bytes | None = request.app.state.auth.signing_key
+    key = state_of(request).auth.signing_key
     if key is None:
         raise NotAuthorized(
             "Pre-signed URLs are off on this service (an operator turns them on with CHARON_SIGNED_URL_KEY)."

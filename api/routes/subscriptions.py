@@ -25,6 +25,7 @@ from api.schemas import (
     SubscriptionsPage,
     json_body,
 )
+from api.state import state_of
 from core.errors import Conflict, InvalidBody, SubscriptionExists
 from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
@@ -62,7 +63,7 @@ def _options(options: dict[str, Any], limits: Limits) -> dict[str, Any]:
 
 
 def _subscriber(uri: str, limits: Limits, request: Request) -> str:
-    notifications = request.app.state.settings.notifications
+    notifications = state_of(request).notifications
     allowed, mail = notifications.allowed_networks, bool(notifications.smtp_host)
     return check_subscriber(uri, limits, allowed_networks=allowed, mail=mail)
 
@@ -98,7 +99,7 @@ async def create_subscription(q: QueueDep, store: StoreDep, limits: LimitsDep, r
     subscriber = _subscriber(body.subscriber, limits, request)
     ttl = _ttl(limits.default_subscription_ttl if body.ttl is None else body.ttl, limits)
     options = _options(body.options or {}, limits)
-    confirmation = request.app.state.settings.notifications.require_confirmation
+    confirmation = state_of(request).notifications.require_confirmation
     subscription, created = await store.create_subscription(
         q,
         SubscriptionId(uuid.uuid4().hex),
@@ -160,7 +161,7 @@ async def update_subscription(
     for name, value in raw.items():
         if value is None:
             raise InvalidBody(f"{name} must not be null: leave it out to keep it as it is.")
-    if body.subscriber is not None and request.app.state.settings.notifications.require_confirmation:
+    if body.subscriber is not None and state_of(request).notifications.require_confirmation:
         # A confirmation (its pre-signed URL) is for the subscription id, not for a subscriber: one that
         # could change its subscriber would carry its confirmation over to an address that never agreed.
         current = await store.get_subscription(q, subscription_id)

@@ -43,6 +43,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.state import state_of
 from bench import request_cost
 from bench.request_cost import POST
 
@@ -133,7 +134,7 @@ async def auth_alone(mode: Mode, calls: int) -> float:
     post of messages calls it."""
     from starlette.requests import Request
 
-    auth = mode.app.state.auth
+    auth = state_of(mode.app).auth
     scope = {
         "type": "http", "method": "POST", "path": f"/v2/queues/{mode.queue}/messages", "query_string": b"",
         "headers": [
@@ -176,7 +177,7 @@ async def build(redis_url: str, keystone: Any, control: bool) -> tuple[list[Mode
     ks_app = create_app(ks_settings, store=store, clock=clock)
     token = [(b"x-auth-token", keystone.token("alice", "alpha").encode())]
     ks = Mode("keystone", ks_app, token, "q-keystone", token)
-    validator = ks_app.state.auth.validator
+    validator = state_of(ks_app).auth.validator
     ask = validator._ask_keystone
 
     def counted(token: str) -> Any:

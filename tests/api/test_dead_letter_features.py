@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.schemas import MessageOut, RedrivePreviewOut, RedriveTaskOut
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core import signatures
@@ -240,7 +241,7 @@ async def test_redrive_by_signature_dry_run_then_exactly_that_cause(client: http
 async def test_redrive_as_a_task_then_cancel(store: Store, clock: ManualClock, settings: Settings) -> None:
     app = create_app(settings, store=store, clock=clock)
     async with api_client(app) as client:
-        await _redrive_as_a_task_then_cancel(client, app.state.redrive, clock)
+        await _redrive_as_a_task_then_cancel(client, state_of(app).redrive, clock)
 
 
 async def _redrive_as_a_task_then_cancel(

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from service.delivery import NotificationSettings
-from service.notifier import Notifier
 from storage.base import Store
 from tests.conftest import api_client
 from tests.receivers import LOOPBACK_NETWORKS, HttpReceiver, SmtpReceiver
@@ -43,9 +43,9 @@ def settings(smtp_receiver: SmtpReceiver) -> Settings:
 async def app(store: Store, clock: ManualClock, settings: Settings) -> AsyncIterator[FastAPI]:
     app = create_app(settings, store=store, clock=clock)
     yield app
-    await app.state.notifier.aclose()
-    await app.state.deliverer.aclose()
-    await app.state.long_polls.aclose()
+    await state_of(app).notifier.aclose()
+    await state_of(app).deliverer.aclose()
+    await state_of(app).long_polls.aclose()
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 async def notify(app: FastAPI) -> int:
     """One round of the app's notifier, waited to its end: how many deliveries it leased."""
-    notifier: Notifier = app.state.notifier
+    notifier = state_of(app).notifier
     leased = await notifier.step()
     await notifier.drain()
     return leased
@@ -216,5 +216,5 @@ async def test_with_confirmation_required_only_the_signed_confirm_turns_notifica
             [_, note] = await webhook_receiver.arrived(2)
             assert note.json()["body"] == "after"
     finally:
-        await app.state.deliverer.aclose()
-        await app.state.long_polls.aclose()
+        await state_of(app).deliverer.aclose()
+        await state_of(app).long_polls.aclose()

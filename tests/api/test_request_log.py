@@ -17,7 +17,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from api.access import AccessLog, StderrLines
+from api.access import StderrLines
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
@@ -221,7 +222,7 @@ async def quiet_client(store: Store, clock: ManualClock) -> AsyncIterator[httpx.
     app = create_app(Settings(storage_uri="redis://unused", access_log=False), store=store, clock=clock)
     async with api_client(app) as c:
         yield c
-    await app.state.long_polls.aclose()
+    await state_of(app).long_polls.aclose()
 
 
 async def test_turned_off_nothing_is_logged_and_the_id_stays(
@@ -265,7 +266,8 @@ async def test_lines_to_stderr_wait_to_be_written_together(store: Store, clock: 
         assert isinstance(handler, StderrLines)
         stream = Writes()
         handler.setStream(stream)
-        log: AccessLog = app.state.access_log
+        log = state_of(app).access_log
+        assert log is not None
         log.FLUSH_S = 60
         async with api_client(app) as c:
             answers = [await c.get("/v2/ping") for _ in range(3)]

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
@@ -33,7 +34,7 @@ async def bare(store: Store, clock: ManualClock, settings: Settings) -> AsyncIte
     app = create_app(settings, store=store, clock=clock)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://charon") as c:
         yield c
-    await app.state.long_polls.aclose()
+    await state_of(app).long_polls.aclose()
 
 
 def signed(share: dict[str, Any], **change: str) -> dict[str, str]:
@@ -170,7 +171,7 @@ async def test_without_a_key_there_are_no_signed_urls(store: Store, clock: Manua
         r = await client.get("/v2/queues/jobs/messages", headers=signed(doc))
         assert r.status_code == 403
         assert "CHARON_SIGNED_URL_KEY" in r.json()["description"]
-    await app.state.long_polls.aclose()
+    await state_of(app).long_polls.aclose()
 
 
 async def test_head_is_signed_as_head_or_by_get(client: httpx.AsyncClient, bare: httpx.AsyncClient) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
@@ -229,8 +230,8 @@ async def test_with_confirmation_required_the_subscriber_cannot_change(
         assert (await client.get(f"{Q}/subscriptions/{sid}")).json()["subscriber"] == HOOK
         r = await client.patch(f"{Q}/subscriptions/{sid}", json={"subscriber": HOOK, "ttl": 600})
         assert r.status_code == 204  # the same subscriber is no change
-    await app.state.deliverer.aclose()
-    await app.state.long_polls.aclose()
+    await state_of(app).deliverer.aclose()
+    await state_of(app).long_polls.aclose()
 
 
 async def test_a_mailto_subscriber_without_an_smtp_server_is_400_naming_the_setting(
@@ -249,8 +250,8 @@ async def test_a_mailto_subscriber_without_an_smtp_server_is_400_naming_the_sett
         assert "CHARON_NOTIFICATIONS__SMTP_HOST" in r.json()["description"]
         listed = (await client.get(f"{Q}/subscriptions")).json()["subscriptions"]
         assert [x["subscriber"] for x in listed] == [HOOK]
-    await app.state.deliverer.aclose()
-    await app.state.long_polls.aclose()
+    await state_of(app).deliverer.aclose()
+    await state_of(app).long_polls.aclose()
 
 
 async def test_confirm_takes_a_boolean(client: httpx.AsyncClient) -> None:

@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from api.state import state_of
 from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
@@ -80,7 +81,7 @@ async def test_off_nothing_is_instrumented(
     assert settings.tracing is False  # the default
     app = create_app(settings, store=store, clock=clock, tracer_provider=provider)
     assert not getattr(app, "_is_instrumented_by_opentelemetry", False)
-    assert app.state.store is store
+    assert state_of(app).store is store
     async with api_client(app) as c:
         assert (await c.post("/v2/queues/q/messages", json={"messages": [{"body": 1}]})).status_code == 201
     assert exporter.get_finished_spans() == ()
@@ -104,8 +105,8 @@ async def test_tracing_keeps_the_admin_api_of_a_pooled_redis_store(
     pooled = PooledStore(catalogue, namespace=namespace, clock=clock)
     settings = Settings(storage_uri="redis://unused", tracing=True, admin_mode=True)
     app = create_app(settings, store=pooled, clock=clock, tracer_provider=provider)
-    assert isinstance(app.state.store, TracedStore)
-    assert unwrapped(app.state.store) is pooled
+    assert isinstance(state_of(app).store, TracedStore)
+    assert unwrapped(state_of(app).store) is pooled
     try:
         async with api_client(app) as c:
             pools = await c.get("/v2/pools", headers={"X-Roles": "admin"})
