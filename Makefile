@@ -117,6 +117,7 @@ openapi: install
 docs: $(SERVE_STAMP)
 	$(BIN)/pip install -q -e '.[docs]'
 	$(BIN)/python -m app.settings_doc > docs/configuration.md
+	$(BIN)/python -m app.metadata_doc docs/dead-letter-queues.md
 	$(BIN)/mkdocs build --strict
 
 # docs/insights-report.png: the top of docs/example/report.html (what `charon insights` writes), as headless

@@ -26,29 +26,8 @@ from core.limits import (
     Limits,
     max_delete_ids,
 )
-from core.metadata import (
-    DEAD_LETTER_ON_EXPIRY,
-    DEAD_LETTER_QUEUE,
-    DEAD_LETTER_TTL,
-    DEFAULT_MESSAGE_DELAY,
-    DEFAULT_MESSAGE_TTL,
-    ENCRYPT_MESSAGES,
-    FLAVOR,
-    MAX_CLAIM_COUNT,
-    MAX_LEVELS,
-    MAX_MESSAGE_TTL,
-    MAX_MULTIPLIER,
-    MAX_POST_SIZE,
-    MAX_REDELIVERY_DELAY,
-    REDELIVERY_DELAY,
-    REDELIVERY_JITTER,
-    REDELIVERY_LEVELS,
-    REDELIVERY_MULTIPLIER,
-    RESERVED,
-    RETRY_POLICY,
-)
+from core.metadata import RESERVED, RESERVED_KEYS, ReservedKey, bound
 from core.queue_filter import MAX_FILTER_VALUE, MAX_FILTERS
-from core.retry import retry_policy_schema
 
 Schema = dict[str, Any]
 
@@ -264,37 +243,14 @@ def _responses(path: str, method: str, operation: Schema, auth: str) -> None:
 
 
 def _metadata_schema(limits: Limits) -> Schema:
-    """The queue metadata body: free-form, with the reserved keys' types and bounds, and no other key
-    starting with "_" (core.metadata.parse_policy; rules across keys, such as a DLQ cycle, answer 400)."""
-    ttl = {"type": "integer", "minimum": limits.min_message_ttl, "maximum": limits.max_message_ttl}
-    seconds = {"type": "number", "minimum": 0, "maximum": limits.max_claim_ttl}
-    level = {
-        "anyOf": [
-            seconds,
-            {"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?(ms|s|m|h)?\s*$"},
-        ]
+    """The queue metadata body: free-form, with each reserved key's type, bounds and meaning from its row
+    (core.metadata.RESERVED_KEYS), and no other key starting with "_" (core.metadata.parse_policy; rules
+    across keys, such as a DLQ cycle, answer 400)."""
+    properties = {
+        # null is "unset" for every reserved key
+        k.name: {"anyOf": [k.schema(limits), {"type": "null"}], "description": _reserved_key_text(k, limits)}
+        for k in RESERVED_KEYS
     }
-    reserved: dict[str, Schema] = {
-        DEFAULT_MESSAGE_TTL: ttl,
-        DEFAULT_MESSAGE_DELAY: {"type": "integer", "minimum": 0, "maximum": limits.max_message_delay},
-        MAX_POST_SIZE: {"type": "integer", "minimum": 1, "maximum": limits.max_messages_post_size},
-        MAX_CLAIM_COUNT: {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
-        DEAD_LETTER_QUEUE: dict(NAME_SCHEMA),
-        DEAD_LETTER_TTL: ttl,
-        FLAVOR: dict(NAME_SCHEMA),
-        REDELIVERY_DELAY: seconds,
-        REDELIVERY_MULTIPLIER: {"type": "number", "minimum": 1, "maximum": MAX_MULTIPLIER},
-        MAX_REDELIVERY_DELAY: seconds,
-        REDELIVERY_JITTER: {"type": "number", "minimum": 0, "maximum": 1},
-        REDELIVERY_LEVELS: {"type": "array", "items": level, "minItems": 1, "maxItems": MAX_LEVELS},
-        DEAD_LETTER_ON_EXPIRY: {"type": "boolean"},
-        MAX_MESSAGE_TTL: ttl,
-        ENCRYPT_MESSAGES: {"const": False, "description": "Not supported: only false is accepted."},
-        RETRY_POLICY: retry_policy_schema(),
-    }
-    assert set(reserved) == set(RESERVED)
-    # null is "unset" for every reserved key
-    properties = {k: {"anyOf": [v, {"type": "null"}]} for k, v in reserved.items()}
     return {
         "type": "object",
         "properties": properties,
@@ -302,6 +258,12 @@ def _metadata_schema(limits: Limits) -> Schema:
         "description": "Free-form metadata (at most CHARON_LIMITS__MAX_QUEUE_METADATA bytes, nested at most "
         "CHARON_LIMITS__MAX_JSON_DEPTH deep); keys starting with `_` are the reserved ones above.",
     }
+
+
+def _reserved_key_text(k: ReservedKey, limits: Limits) -> str:
+    """A reserved key's meaning and default (what GET shows while it is unset, under `limits`)."""
+    default = k.default if k.shown is None else str(bound(k.shown, limits))
+    return f"{'(EXT) ' if k.ext else ''}{k.description} Default: {default}."
 
 
 def _components(schemas: dict[str, Schema], limits: Limits) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from core.clock import Clock
 from core.errors import CharonError
 from core.limits import MAX_TIME_MS
+from core.metadata import RETRY_POLICY
 from core.models import Delivery, QueueRef
 from core.retry import RetryPolicy, effective_policy, parse_retry_policy
 from core.wire import message
@@ -34,7 +35,6 @@ from storage.base import Store
 
 log = logging.getLogger("charon.notifier")
 
-RETRY_POLICY = "_retry_policy"
 POLICY_CACHE_S = 5.0  # how long a queue's _retry_policy is used before it is read again
 NO_SLOT_WAIT_MS = 1000  # a delivery that found no free slot is due again this much later (not counted)
 REST_MS = 1000  # a subscription whose try failed gets no other try for at least this long (even "no delay")

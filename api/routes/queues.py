@@ -35,6 +35,7 @@ from core.errors import (
 )
 from core.limits import check_name, check_page_limit
 from core.metadata import (
+    RESERVED_KEYS,
     QueuePolicy,
     with_reserved_defaults,
 )
@@ -44,13 +45,15 @@ from service import queues as queue_cases
 router = Router(tags=["queues"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
 
-RESERVED_KEYS = (
+def _keys(ext: bool) -> str:
+    return ", ".join(f"`{k.name}`" for k in RESERVED_KEYS if k.ext == ext)
+
+
+# The reserved keys' names from their rows (core.metadata.RESERVED_KEYS); the QueueMetadata schema has each
+# one's type, bounds, meaning and default.
+METADATA_DESCRIPTION = (
     "Free-form metadata; keys starting with `_` are reserved and validated (400 naming the bound): "
-    "`_default_message_ttl`, `_default_message_delay`, `_max_messages_post_size`, `_max_claim_count`, "
-    "`_dead_letter_queue`, `_dead_letter_queue_messages_ttl`, `_flavor`, and (EXT) `_redelivery_delay`, "
-    "`_redelivery_delay_multiplier`, `_max_redelivery_delay`, `_redelivery_jitter`, "
-    "`_redelivery_delay_levels`, `_dead_letter_on_expiry`, `_max_message_ttl`. docs/dead-letter-queues.md "
-    "describes each. "
+    f"{_keys(ext=False)}, and (EXT) {_keys(ext=True)}. docs/dead-letter-queues.md describes each. "
     """E.g. `curl -X PUT ... $BASE/v2/queues/jobs -d '{"_redelivery_delay": 5, """
     """"_redelivery_delay_multiplier": 2, "_max_redelivery_delay": 15, "_max_claim_count": 5, """
     """"_dead_letter_queue": "jobs.dlq"}'`"""
@@ -134,7 +137,7 @@ async def list_queues(
     "/v2/queues/{queue_name}",
     status_code=201,
     summary="Create a queue (201), or leave an existing one as it is (204)",
-    description=RESERVED_KEYS,
+    description=METADATA_DESCRIPTION,
     responses={
         204: {"description": "The queue existed; its metadata is unchanged."},
         409: {"model": ErrorOut},

@@ -15,10 +15,11 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             dl {src, rsn, cc, at, first, rc, rr, rd} (provenance, set by a dead-letter move; rc redrive count,
             rr/rd a rejection's text), gc (Date: e + slack, the TTL index's backstop should no sweeper run;
             the sweeper deletes expired messages well before it)
-  queues    p, n (name), meta (JSON text, so any key is allowed), pol {dttl ddelay maxpost maxcc dlq dlqttl
-            bo expttl maxttl} (the reserved keys parsed), cr, subs (how many subscription documents the queue
-            has: absent or 0 lets a post or a move into it skip the outbox). Written by metadata writes (in
-            transactions), lazy creation, and every subscription write (in its transaction).
+  queues    p, n (name), meta (JSON text, so any key is allowed), pol (the reserved keys parsed: core's
+            policy fields, the backoff's in bo {d m x j l}; PolicyFields), cr, subs (how many subscription
+            documents the queue has: absent or 0 lets a post or a move into it skip the outbox). Written by
+            metadata writes (in transactions), lazy creation, and every subscription write (in its
+            transaction).
   counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_rsn {max_claims, expired,
             rejected} (n_dl by reason), n_disc, n_rcv (received), n_rdr (redriven out of it, as a DLQ).
             Written by posts and moves, never in a transaction (counters.py says why).
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -54,7 +55,14 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 
-from core.metadata import Backoff, DeadLetterDefaults, QueuePolicy
+from core.metadata import (
+    POLICY_FIELDS,
+    STORED,
+    DeadLetterDefaults,
+    QueuePolicy,
+    policy_fields,
+    policy_from_fields,
+)
 from core.models import (
     ClaimId,
     DeadLetter,
@@ -161,29 +169,33 @@ class QueueFields:
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyFields:
-    """The sub-document `pol` of a queue: its reserved metadata, parsed."""
-
-    DEFAULT_TTL: str = "dttl"
-    DEFAULT_DELAY: str = "ddelay"
-    MAX_POST_SIZE: str = "maxpost"
-    MAX_CLAIM_COUNT: str = "maxcc"
-    DLQ: str = "dlq"
-    DLQ_TTL: str = "dlqttl"
-    BACKOFF: str = "bo"  # BackoffFields
-    EXPIRED_TTL: str = "expttl"
-    MAX_TTL: str = "maxttl"
-
-
-@dataclass(frozen=True, slots=True)
 class BackoffFields:
-    """The sub-document `bo` of a policy (core.metadata.Backoff)."""
+    """The sub-document `bo` of a policy (core.metadata.Backoff), by Backoff's attribute."""
 
-    DELAY: str = "d"
-    MULTIPLIER: str = "m"
-    MAX: str = "x"
-    JITTER: str = "j"
-    LEVELS: str = "l"
+    delay_ms: str = "d"
+    multiplier: str = "m"
+    max_ms: str = "x"
+    jitter: str = "j"
+    levels_ms: str = "l"
+
+
+# core's policy fields that hold a part of the backoff, and their names in `bo`
+IN_BACKOFF: Mapping[str, str] = {
+    name: getattr(BackoffFields(), path.removeprefix("backoff."))
+    for name, path in STORED
+    if path.startswith("backoff.")
+}
+# The sub-document `pol` of a queue: the reserved metadata parsed (core.metadata.QueuePolicy), each field
+# under core's name (core.metadata.POLICY_FIELDS: a reserved key's row names its field, so a new key needs
+# no change here), but the backoff's, nested in `bo` (BackoffFields) as they were first stored, so that
+# processes of every version read the same documents in a rolling restart. Read with policy_of().
+PolicyFields = make_dataclass(
+    "PolicyFields",
+    [(f, str, field(default=f)) for f in POLICY_FIELDS if f not in IN_BACKOFF]
+    + [("BACKOFF", str, field(default="bo"))],
+    frozen=True,
+    slots=True,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,50 +475,24 @@ def gc_at(ms: int) -> dt.datetime:
 
 
 def policy_doc(policy: QueuePolicy) -> dict[str, Any]:
-    p = POLICY
-    fields = {
-        p.DEFAULT_TTL: policy.default_message_ttl,
-        p.DEFAULT_DELAY: policy.default_message_delay,
-        p.MAX_POST_SIZE: policy.max_messages_post_size,
-        p.MAX_CLAIM_COUNT: policy.max_claim_count,
-        p.DLQ: policy.dead_letter_queue,
-        p.DLQ_TTL: policy.dead_letter_ttl,
-        p.BACKOFF: _backoff_doc(policy.backoff),
-        p.EXPIRED_TTL: policy.expired_ttl,
-        p.MAX_TTL: policy.max_message_ttl,
-    }
-    return {k: v for k, v in fields.items() if v is not None}
-
-
-def _backoff_doc(b: Backoff | None) -> dict[str, Any] | None:
-    if b is None:
-        return None
-    f = BACKOFF
-    return {
-        f.DELAY: b.delay_ms,
-        f.MULTIPLIER: b.multiplier,
-        f.MAX: b.max_ms,
-        f.JITTER: b.jitter,
-        f.LEVELS: list(b.levels_ms),
-    }
+    """The `pol` sub-document of `policy` (its unset fields left out)."""
+    doc: dict[str, Any] = {}
+    for name, value in policy_fields(policy).items():
+        if value is None:
+            continue
+        stored = list(value) if isinstance(value, tuple) else value
+        if name in IN_BACKOFF:
+            doc.setdefault(POLICY.BACKOFF, {})[IN_BACKOFF[name]] = stored
+        else:
+            doc[name] = stored
+    return doc
 
 
 def policy_of(queue_doc: dict[str, Any] | None) -> QueuePolicy:
-    p, f = POLICY, BACKOFF
     pol = (queue_doc or {}).get(QUEUE.POLICY) or {}
-    return QueuePolicy(
-        default_message_ttl=pol.get(p.DEFAULT_TTL),
-        default_message_delay=pol.get(p.DEFAULT_DELAY),
-        max_messages_post_size=pol.get(p.MAX_POST_SIZE),
-        max_claim_count=pol.get(p.MAX_CLAIM_COUNT),
-        dead_letter_queue=pol.get(p.DLQ),
-        dead_letter_ttl=pol.get(p.DLQ_TTL),
-        backoff=Backoff(bo[f.DELAY], bo[f.MULTIPLIER], bo[f.MAX], bo[f.JITTER], tuple(bo[f.LEVELS]))
-        if (bo := pol.get(p.BACKOFF))
-        else None,
-        expired_ttl=pol.get(p.EXPIRED_TTL),
-        max_message_ttl=pol.get(p.MAX_TTL),
-    )
+    if bo := pol.get(POLICY.BACKOFF):
+        pol = {**pol, **{name: bo[sub] for name, sub in IN_BACKOFF.items() if sub in bo}}
+    return policy_from_fields(pol)
 
 
 def message_of(doc: dict[str, Any]) -> Message:

@@ -3,7 +3,9 @@
 This module is the one owner. Scripts get the keys a caller knows in KEYS, built here; the few a script
 derives from data (a DLQ's keys from the queue's policy, a message's hash from an id found in an index) are
 built by lib.lua's `qkeys` and `message_key`, which tests/storage/test_layout.py holds to the builders below,
-as it holds every hash field name in the .lua files to the field enums below.
+as it holds every hash field name in the .lua files to the field enums below. The queue hash's policy
+fields are the one exception: their names are core.metadata's (a reserved key's row names the field it is
+stored under), so a new reserved key needs no change here.
 
 All keys of a project share the hash tag ``{<project>}``, so every script's keys, a queue's DLQ included,
 live in one Redis Cluster slot. The trade-off: one project is one slot, so a single very large tenant cannot
@@ -15,7 +17,7 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix due                   ZSET  queue name -> ms, never later than the queue's next claim or message
                                      expiry; the sweeper (sweep.lua) visits the queues that are due
   prefix mver                  STRING the project's metadata version (a DLQ cycle check reads several queues)
-  prefix q:<name>              HASH  QueueField
+  prefix q:<name>              HASH  QueueField, and the policy: POLICY_FIELDS
   prefix q:<name>:msgs         ZSET  id -> marker   every live message of the queue (paging, FIFO)
   prefix q:<name>:ready        ZSET  id -> marker   claimable now
   prefix q:<name>:delayed      ZSET  id -> ms       not claimable before the score (delay, backoff)
@@ -51,6 +53,7 @@ from typing import Any
 
 import orjson
 
+from core import metadata
 from core.models import (
     ClaimId,
     DeadLetter,
@@ -69,20 +72,8 @@ class QueueField(StrEnum):
     META = "meta"  # the metadata as JSON
     CREATED = "created"
     SEQ = "seq"  # the marker counter
-    # the reserved metadata parsed (core.metadata.QueuePolicy), in write_metadata's order (POLICY_FIELDS)
-    DEFAULT_TTL = "dttl"
-    DEFAULT_DELAY = "ddelay"
-    MAX_POST_SIZE = "maxpost"
-    MAX_CLAIM_COUNT = "maxcc"
-    DLQ = "dlq"
-    DLQ_TTL = "dlqttl"
-    BACKOFF_DELAY = "rdelay"
-    BACKOFF_MULTIPLIER = "rmult"
-    BACKOFF_MAX = "rmax"
-    BACKOFF_JITTER = "rjit"
-    BACKOFF_LEVELS = "rlevels"
-    EXPIRED_TTL = "expttl"
-    MAX_TTL = "maxttl"
+    # and the policy, a field each (POLICY_FIELDS), of which the driver's Python reads one (export.py)
+    DLQ = metadata.stored_as(metadata.DEAD_LETTER_QUEUE)
     # counters
     DEAD_LETTERED = "n_dl"  # moved out to the DLQ
     DEAD_LETTERED_MAX_CLAIMS = "n_dl_mc"  # ... of them for each reason (lib.lua DL_COUNTERS)
@@ -93,22 +84,10 @@ class QueueField(StrEnum):
     REDRIVEN = "n_rd"  # moved out by a redrive (as a DLQ)
 
 
-# lib.lua write_metadata's POLICY_FIELDS, in order
-POLICY_FIELDS = (
-    QueueField.DEFAULT_TTL,
-    QueueField.DEFAULT_DELAY,
-    QueueField.MAX_POST_SIZE,
-    QueueField.MAX_CLAIM_COUNT,
-    QueueField.DLQ,
-    QueueField.DLQ_TTL,
-    QueueField.BACKOFF_DELAY,
-    QueueField.BACKOFF_MULTIPLIER,
-    QueueField.BACKOFF_MAX,
-    QueueField.BACKOFF_JITTER,
-    QueueField.BACKOFF_LEVELS,
-    QueueField.EXPIRED_TTL,
-    QueueField.MAX_TTL,
-)
+# The reserved metadata parsed (core.metadata.QueuePolicy), stored in the queue's hash under core's field
+# names (core.metadata.POLICY_FIELDS), in this order: policy_args() sends the values so, and scripts.py
+# writes the same names, in the same order, into lib.lua's POLICY_FIELDS (write_metadata).
+POLICY_FIELDS = metadata.POLICY_FIELDS
 
 
 class MessageField(StrEnum):

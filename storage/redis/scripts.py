@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from core.metadata import DeadLetterDefaults, QueuePolicy
+from core.metadata import DeadLetterDefaults, PolicyValue, QueuePolicy, policy_fields
 from core.models import Message, MessageId, MessageStamp, QueueRef, QueueStats, Subscription
 from storage.redis.keys import (
+    POLICY_FIELDS,
     DeliveryField,
     ProjectKeys,
     QueueKeys,
@@ -66,6 +67,19 @@ SCRIPT_NAMES = (
 
 def _source(name: str) -> str:
     return (resources.files(__package__) / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+POLICY_FIELDS_SLOT = "{--[[POLICY_FIELDS]]}"
+
+
+def library() -> str:
+    """lib.lua as every script starts: its POLICY_FIELDS table filled with keys.POLICY_FIELDS, so the
+    names and order policy_args() sends values in are written once (core.metadata's rows). In the text,
+    not in ARGV: a call costs what it cost with the table written by hand."""
+    lib = _source("lib")
+    if lib.count(POLICY_FIELDS_SLOT) != 1:
+        raise RuntimeError(f"lib.lua must hold {POLICY_FIELDS_SLOT} once")
+    return lib.replace(POLICY_FIELDS_SLOT, "{" + ", ".join(f"'{f}'" for f in POLICY_FIELDS) + "}")
 
 
 def defaults_args(defaults: DeadLetterDefaults) -> list[bytes]:
@@ -199,7 +213,7 @@ class Scripts:
     scripts that read a queue's policy (never written into a script's text)."""
 
     def __init__(self, runner: ScriptRunner, *, defaults: DeadLetterDefaults | None = None) -> None:
-        lib = _source("lib")
+        lib = library()
         self._run = runner
         self._s = {
             name: Script(name, wrapped(lib, _source(name)), write=name not in READ_SCRIPTS)
@@ -538,25 +552,18 @@ STEP_FIELDS = (
 
 def policy_args(metadata: Mapping[str, Any], policy: QueuePolicy, expected_version: int | None) -> list[Any]:
     """ARGV for lib.lua write_metadata: the metadata, then its POLICY_FIELDS in order, then the version."""
-
-    def opt(value: float | str | None) -> float | str:
-        return "" if value is None else value
-
-    b = policy.backoff
     return [
         orjson.dumps(dict(metadata)).decode(),
-        opt(policy.default_message_ttl),
-        opt(policy.default_message_delay),
-        opt(policy.max_messages_post_size),
-        opt(policy.max_claim_count),
-        opt(policy.dead_letter_queue),
-        opt(policy.dead_letter_ttl),
-        opt(b.delay_ms if b else None),
-        opt(repr(b.multiplier) if b else None),
-        opt(b.max_ms if b else None),
-        opt(repr(b.jitter) if b else None),
-        opt(",".join(map(str, b.levels_ms)) if b and b.levels_ms else None),
-        opt(policy.expired_ttl),
-        opt(policy.max_message_ttl),
-        opt(expected_version),
+        *(_policy_arg(v) for v in policy_fields(policy).values()),
+        _opt(expected_version),
     ]
+
+
+def _policy_arg(value: PolicyValue | None) -> Any:
+    """A policy field as write_metadata stores it: '' unset (the field is deleted), a list comma-separated,
+    a float as Python writes it back (repr)."""
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return repr(value) if isinstance(value, float) else value

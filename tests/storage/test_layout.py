@@ -2,7 +2,8 @@
 
 lib.lua builds the keys a script finds in data (a DLQ's keys, a message's hash) with qkeys() and
 message_key(); every other key comes from the caller in KEYS. Every hash field a .lua file names must be a
-field of keys.py. lib.lua's policy() applies the operator's dead-letter defaults as core's
+field of keys.py (the policy's fields are core.metadata's, written into lib.lua's POLICY_FIELDS when the
+scripts load). lib.lua's policy() applies the operator's dead-letter defaults as core's
 DeadLetterDefaults.apply does, and its exhausted() is core's QueuePolicy.exhausted.
 """
 
@@ -14,7 +15,8 @@ from importlib import resources
 import pytest
 import redis.asyncio as aioredis
 
-from core.metadata import DeadLetterDefaults, QueuePolicy
+from core.limits import Limits
+from core.metadata import DeadLetterDefaults, QueuePolicy, parse_policy
 from storage.redis.keys import (
     POLICY_FIELDS,
     ClaimField,
@@ -27,12 +29,12 @@ from storage.redis.keys import (
     SubscriptionField,
     TaskField,
 )
-from storage.redis.scripts import SCRIPT_NAMES, defaults_args
+from storage.redis.scripts import POLICY_FIELDS_SLOT, SCRIPT_NAMES, defaults_args, library, policy_args
 
 LUA = resources.files("storage.redis") / "lua"
-LIB = (LUA / "lib.lua").read_text(encoding="utf-8")
+LIB = library()
 LAYOUT = (QueueField, MessageField, ClaimField, TaskField, IdempotencyField, SubscriptionField, DeliveryField)
-FIELDS = {str(f) for enum in LAYOUT for f in enum}
+FIELDS = {str(f) for enum in LAYOUT for f in enum} | set(POLICY_FIELDS)
 HASH_COMMANDS = re.compile(r"redis\.call\('(HSET|HMGET|HGET|HDEL|HINCRBY|HSETNX|HEXISTS)',")
 
 
@@ -184,9 +186,58 @@ async def test_lib_lua_exhausted_is_core_exhausted(redis_url: str) -> None:
     assert got == [int(QueuePolicy(max_claim_count=maxcc).exhausted(cc)) for maxcc, cc in cases]
 
 
-def test_lib_lua_writes_the_policy_fields_in_keys_py_order() -> None:
-    """scripts.policy_args sends the parsed policy in keys.POLICY_FIELDS order; write_metadata stores them
-    under lib.lua's POLICY_FIELDS, which must be the same names in the same order."""
+def test_lib_lua_lists_no_policy_field_by_hand() -> None:
+    """write_metadata's POLICY_FIELDS is filled from keys.POLICY_FIELDS (core.metadata's rows) when the
+    scripts load: lib.lua leaves the table empty, and the filled one names exactly those, in order."""
+    source = (LUA / "lib.lua").read_text(encoding="utf-8")
+    by_hand = re.search(r"local POLICY_FIELDS = (\{.*?\})\n", source)
+    assert by_hand is not None
+    assert by_hand.group(1) == POLICY_FIELDS_SLOT
     table = re.search(r"local POLICY_FIELDS = \{(.*?)\}", LIB, re.S)
     assert table is not None
     assert re.findall(r"'([^']*)'", table.group(1)) == [str(f) for f in POLICY_FIELDS]
+    assert all(re.fullmatch(r"[a-z_]+", f) for f in POLICY_FIELDS)  # safe to write into Lua as they are
+
+
+FULL_POLICY = {
+    "_default_message_ttl": 120,
+    "_default_message_delay": 5,
+    "_max_messages_post_size": 1000,
+    "_max_claim_count": 3,
+    "_dead_letter_queue": "dlq",
+    "_dead_letter_queue_messages_ttl": 600,
+    "_redelivery_delay": 1.5,
+    "_redelivery_delay_multiplier": 2,
+    "_max_redelivery_delay": 10,
+    "_redelivery_jitter": 0.25,
+    "_redelivery_delay_levels": ["1s", "500ms"],
+    "_dead_letter_on_expiry": True,
+    "_max_message_ttl": 7200,
+}
+
+
+@pytest.mark.parametrize("metadata", [FULL_POLICY, {"_max_claim_count": 2}, {}])
+async def test_write_metadata_stores_policy_args_under_the_policy_fields(
+    redis_url: str, metadata: dict[str, object]
+) -> None:
+    """Every value policy_args() sends lands in the queue hash under its field of POLICY_FIELDS; an unset one
+    is no field; and every field of POLICY_FIELDS is set by a policy that sets every stored key."""
+    policy = parse_policy(metadata, Limits(), queue="q")
+    args = policy_args(metadata, policy, None)
+    queue = "charon:{layout-test}:q:q"
+    script = (
+        LIB + "\nwrite_metadata(KEYS[2], {queue = KEYS[1]}, ARGV, 1)\nreturn redis.call('HGETALL', KEYS[1])"
+    )
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await client.delete(queue)
+        flat = await client.eval(script, 2, queue, "charon:{layout-test}:mver", *args)  # type: ignore[misc]
+        await client.delete(queue, "charon:{layout-test}:mver")
+    finally:
+        await client.aclose()
+    stored = dict(zip(flat[0::2], flat[1::2], strict=True))
+    assert stored.pop(QueueField.META) == args[0]
+    sent = {f: str(v) for f, v in zip(POLICY_FIELDS, args[1:-1], strict=True) if v != ""}
+    assert stored == sent
+    if metadata is FULL_POLICY:
+        assert set(stored) == set(POLICY_FIELDS)

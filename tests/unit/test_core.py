@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core.errors import InvalidInput, InvalidQueueName
@@ -15,7 +17,20 @@ from core.limits import (
     is_valid_id,
     json_depth_exceeds,
 )
-from core.metadata import QueuePolicy, check_dead_letter_chain, parse_policy, with_reserved_defaults
+from core.metadata import (
+    POLICY_FIELDS,
+    RESERVED,
+    RESERVED_KEYS,
+    STORED,
+    Backoff,
+    Kind,
+    QueuePolicy,
+    check_dead_letter_chain,
+    parse_policy,
+    policy_fields,
+    policy_from_fields,
+    with_reserved_defaults,
+)
 
 LIMITS = Limits()
 
@@ -68,6 +83,61 @@ def test_policy_from_reserved_keys() -> None:
         dead_letter_queue="dlq",
         dead_letter_ttl=600,
     )
+
+
+def test_every_reserved_key_is_one_row_of_the_table() -> None:
+    """The table (core.metadata.RESERVED_KEYS) is the one list: each name once, starting with "_"; a bound
+    named by text is a limit; a key a driver stores has both its QueuePolicy value and its field, each once;
+    and every QueuePolicy value is set by some key."""
+    assert len(set(RESERVED)) == len(RESERVED) == len(RESERVED_KEYS)
+    assert all(name.startswith("_") for name in RESERVED)
+    for k in RESERVED_KEYS:
+        for b in (k.lo, k.hi, k.shown):
+            assert not isinstance(b, str) or b in Limits.model_fields, (k.name, b)
+        assert (k.policy is None) == (k.field is None), k.name
+        assert k.description.endswith("."), k.name
+    assert len(set(POLICY_FIELDS)) == len(POLICY_FIELDS)
+    assert len({path for _, path in STORED}) == len(STORED)
+    heads = {path.partition(".")[0] for _, path in STORED}
+    assert heads == {f.name for f in dataclasses.fields(QueuePolicy)}
+    parts = {path.partition(".")[2] for _, path in STORED if path.startswith("backoff.")}
+    assert parts == {f.name for f in dataclasses.fields(Backoff)}
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        QueuePolicy(),
+        QueuePolicy(max_claim_count=3, dead_letter_queue="dlq", dead_letter_ttl=600, expired_ttl=600),
+        QueuePolicy(
+            default_message_ttl=60, default_message_delay=0, max_messages_post_size=1, max_message_ttl=90
+        ),
+        QueuePolicy(backoff=Backoff(delay_ms=1500, multiplier=2.0, max_ms=10_000, jitter=0.25)),
+        QueuePolicy(backoff=Backoff(levels_ms=(1000, 500))),
+    ],
+)
+def test_the_stored_policy_reads_back_as_it_was(policy: QueuePolicy) -> None:
+    stored = policy_fields(policy)
+    assert list(stored) == list(POLICY_FIELDS)
+    assert policy_from_fields(stored) == policy
+    as_lists = {k: list(v) if isinstance(v, tuple) else v for k, v in stored.items() if v is not None}
+    assert policy_from_fields(as_lists) == policy  # a store that keeps lists, and leaves unset out
+
+
+def test_each_kind_publishes_what_it_checks() -> None:
+    """Every kind of key is in the table, and each row's schema has the bounds its check applies."""
+    assert {k.kind for k in RESERVED_KEYS} == set(Kind)
+    for k in RESERVED_KEYS:
+        schema = k.schema(LIMITS)
+        if k.kind in (Kind.INTEGER, Kind.SECONDS, Kind.NUMBER):
+            lo, hi = k.bounds(LIMITS)
+            assert (schema["minimum"], schema["maximum"]) == (lo, hi)
+            k.check(lo, LIMITS)
+            k.check(hi, LIMITS)
+            with pytest.raises(InvalidInput, match=k.name):
+                k.check(hi + 1, LIMITS)
+            with pytest.raises(InvalidInput, match=k.name):
+                k.check(lo - 1, LIMITS)
 
 
 def test_null_reserved_keys_mean_unset() -> None:

@@ -486,8 +486,9 @@ local function queue_script()
      notify = notify_key(ks[1]), subs = subscriptions_key(ks[1]), subscribers = subscribers_key(ks[1])}
 end
 
-local POLICY_FIELDS = {'dttl', 'ddelay', 'maxpost', 'maxcc', 'dlq', 'dlqttl', 'rdelay', 'rmult', 'rmax',
-                       'rjit', 'rlevels', 'expttl', 'maxttl'}
+-- The policy's field names, in ARGV order: scripts.py writes core.metadata.POLICY_FIELDS into the braces
+-- when it loads the scripts (a reserved key's row names its field; nothing here lists them).
+local POLICY_FIELDS = {--[[POLICY_FIELDS]]}
 
 -- Write the metadata JSON and the policy fields parsed from it (ARGV from `first` on, '' = unset), if the
 -- project's metadata version (key `mver`) is still the argument after them ('' = write regardless); bumps

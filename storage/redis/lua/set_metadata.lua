@@ -1,5 +1,5 @@
--- set_metadata(KEYS=queue keys, ARGV=[prefix, name, now, meta_json, dttl, ddelay, maxpost, maxcc, dlq,
---                                    dlqttl, expected_version])
+-- set_metadata(KEYS=queue keys, the project's metadata version; ARGV=[queue script args, meta_json, the
+--                                 policy fields (lib.lua POLICY_FIELDS), expected_version])
 --   -> 1. Creates the queue when absent; replaces its metadata and policy fields in one step. Error
 --   CHARON_STALE (nothing written) when the project's metadata version is no longer expected_version.
 local _, name, now, K = queue_script()
