@@ -12,12 +12,14 @@ import pytest
 from app.notify import ServiceLoad
 from tests.servers import spawn
 
+pytestmark = pytest.mark.slow  # live processes
+
 PARENT = """
 import subprocess, sys, time
 
-pytestmark = pytest.mark.slow  # live server processes
-if sys.argv[1] == "burn":
-    subprocess.Popen([sys.executable, "-c", "while True: pass"])
+if sys.argv[1] == "burn":  # four spinning children: above BUSY_CORES even on a loaded two-core machine
+    for _ in range(4):
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
 print("ready", flush=True)
 time.sleep(60)
 """

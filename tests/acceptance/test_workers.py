@@ -121,15 +121,15 @@ def test_both_serve_a_killed_one_is_replaced_sighup_replaces_all_sigterm_stops_a
 @pytest.mark.parametrize(
     ("uri", "port_taken", "said"),
     [
-        ("bogus://nowhere", False, "Unsupported storage URI scheme 'bogus'"),
+        ("redis://127.0.0.1:1/0?wait_replicas=many", False, "wait_replicas must be a whole number"),
         ("redis://127.0.0.1:1/0", True, "Address already in use"),
     ],
-    ids=["storage URI no driver takes", "port in use"],
+    ids=["a storage URI its driver refuses", "port in use"],
 )
 def test_workers_that_cannot_start_stop_the_service_with_exit_code_1(
     uri: str, port_taken: bool, said: str
 ) -> None:
-    """A service whose workers cannot start (a store no driver takes, a port already in use) stops at once
+    """A service whose workers cannot start (a store its driver refuses, a port already in use) stops at once
     with exit code 1 and says why; it does not restart workers in a loop (uvicorn's supervisor stops when a
     worker exits with its STARTUP_FAILURE code)."""
     service = CharonProcess(uri, env={"CHARON_WORKERS": "2"})
