@@ -1,4 +1,5 @@
-"""`charon insights` and `charon export`: the commands over the DLQ insights library (pipeline/).
+"""`charon insights` and `charon export`: the commands over the DLQ insights library (pipeline/). They parse
+their options, find the store (store_of) and print; the job is pipeline/job.py, the export pipeline/jsonl.py.
 
   charon insights --storage-uri redis://127.0.0.1:6379/0 --out ./insights          (local[*])
   spark-submit --master spark://host:7077 app/submit.py --storage-uri ... --out /shared/insights
@@ -17,19 +18,15 @@ Exit codes: 0 done, 1 cannot run (the message says why), 2 a usage error or the 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import importlib.util
 import sys
-import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 from pydantic import ValidationError
 
 from app.settings import Settings
-from core.errors import CharonError
 from pipeline import DEFAULT_MAX_BODY_BYTES, load, trends
 from pipeline.errors import InsightsError, NothingToAnalyse
 
@@ -161,127 +158,38 @@ def add_insights_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_insights(args: argparse.Namespace) -> int:
-    """The command: the store probed, Spark started, the job run, the tables and report written, then a
-    summary on stdout. Progress goes to stderr, what the JVM prints to spark.log (in --out when it is a local
-    directory, else in this user's temporary one)."""
+    """The command: the job run (pipeline/job.py: the store probed, Spark started, the tables and report
+    written), then a summary on stdout. Progress goes to stderr, what the JVM prints to spark.log (in --out
+    when it is a local directory, else in this user's temporary one)."""
     if missing_extra("insights"):
         return EXIT_USAGE
-    from pipeline import aggregate, hadoop, output, spark
-    from pipeline.progress import Progress
+    from pipeline import job, output
 
-    # Spark and Hadoop are given URIs, never a path the cluster's default filesystem would resolve
-    out = hadoop.location(args.out)
-    local_out = hadoop.local(out)
-    log = local_out / "spark.log" if local_out else None  # else in this user's directory, made below
-
-    def say(text: str) -> None:
-        if not args.quiet:
-            _say("insights", text)
-
-    save: str | None = None
-    files: hadoop.Files | None = None
     try:
         if args.since_last and args.input:
             _say("insights", "--since-last reads a store (--storage-uri), not --input files")
             return EXIT_USAGE
-        scope = trends.scope(args.project, args.queues)
-        store, extents = None, []
-        if not args.input:  # the store is probed before Spark starts
-            store = store_of(args, "insights")
-            extents = load.dead_letter_queues(store, args.project, args.queues)
-        if local_out is not None:
-            try:
-                local_out.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise InsightsError(f"--out {out}: {e.strerror}") from None
-        log = log or spark.own_directory() / "insights-spark.log"
-        started = time.monotonic()
-        with spark.jvm_output(log):
-            session = spark.session(args.master)
-        session_s = time.monotonic() - started
-        context = session.sparkContext
-        cores = context.defaultParallelism
-        say(f"Spark {session.version} on {context.master} ({cores} cores); its log: {log}")
-        files = hadoop.Files(session, out)
-        files.mkdirs(out)
-        before = trends.previous(files, out, scope)
-        # the run --since-last goes on from: the newest that kept its records (a --since-last run; one without
-        # --since-last in between is compared with, but neither goes on from nor drops them)
-        since = trends.previous(files, out, scope, with_records=True) if args.since_last else None
-        save = hadoop.join(out, "runs", f".records-{uuid.uuid4().hex}") if args.since_last else None
-        ranges = None
-        if store is not None:
-            # a run reads each DLQ up to the marker it sees now; --since-last from where the last run stopped
-            ranges = load.ranges_from(extents, since.markers if since else {})
-            if since and all(after >= upto for *_, after, upto in ranges):
-                raise NothingToAnalyse(f"nothing was dead-lettered since the previous run ({since.stamp}).")
-            say(
-                f"{sum(e.count for e in extents):,} messages in {len(extents)} DLQ(s): "
-                + ", ".join(f"{e.project}/{e.queue}" for e in extents[:5])
-                + (" ..." if len(extents) > 5 else "")
-                + (f"; reading what arrived since the previous run, {since.stamp}" if since else "")
-            )
-            if args.since_last and since is None:
-                say(
-                    "--since-last: "
-                    + ("no previous run kept its records" if before else "no previous run")
-                    + "; reading every DLQ whole this time, and keeping the records for the next"
-                )
-        if before:
-            say(f"comparing with the previous run, {before.stamp} (its last death {before.last_ms} ms)")
-        if store is None:
-            records = load.from_files(session, args.input, max_body_bytes=args.max_body_bytes)
-        else:
-            records = load.from_store(
-                session,
-                store,
+        insights = job.run(
+            job.Job(
+                out=args.out,
+                store=None if args.input else store_of(args, "insights"),
+                inputs=args.input or (),
                 project=args.project,
                 queues=args.queues,
+                master=args.master,
                 partitions=args.partitions,
                 max_body_bytes=args.max_body_bytes,
-                ranges=ranges,
-            )
-        with Progress(session, label="charon insights", quiet=args.quiet) as progress:
-            insights = aggregate.analyse(
-                session,
-                records,
-                step=progress.step,
-                keep=hadoop.join(out, "messages") if args.keep_messages else None,
-                since_ms=before.last_ms if before else None,
                 top=args.top,
-                save=save,
-                history=since.records if since else None,
-            )
-            insights.timings["session_s"] = round(session_s, 3)
-            progress.step("writing the tables and the report")
-            try:
-                output.write(
-                    insights,
-                    out,
-                    top=args.top,
-                    scope=scope,
-                    before=before,
-                    keep_runs=args.keep_runs,
-                    markers=[(pool, project, queue, upto) for pool, project, queue, _, upto in ranges or []],
-                    since_last=since is not None,
-                    records=save,
-                    max_body_bytes=args.max_body_bytes,
-                )
-            finally:
-                insights.release()
-            progress.step("")
+                keep_messages=args.keep_messages,
+                since_last=args.since_last,
+                keep_runs=args.keep_runs,
+            ),
+            say=None if args.quiet else functools.partial(_say, "insights"),
+        )
     except InsightsError as e:
         _say("insights", str(e))
         return _exit_code(e)
-    except Exception as e:  # a Spark failure: one line, the rest is in spark.log
-        where = "spark-submit's output" if spark.submitted() else log or "the JVM's output"
-        _say("insights", f"the Spark job failed: {spark.failure(e)} (details: {where})")
-        return EXIT_FAILED
-    finally:  # the records a run that did not finish began to keep (a finished one moved them into its run)
-        if save is not None and files is not None:
-            with contextlib.suppress(Exception):  # the JVM may be gone with what failed
-                files.delete(save)
-    sys.stdout.write(output.summary(insights, out, top=5) + "\n")
+    sys.stdout.write(output.summary(insights, args.out, top=5) + "\n")
     return 0
 
 
@@ -308,27 +216,22 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """`charon export`: the DLQs' messages as JSON Lines on --out, a count on stderr."""
+    """`charon export`: the DLQs' messages as JSON Lines on --out (pipeline/jsonl.py), a count on stderr."""
     if missing_extra("export"):
         return EXIT_USAGE
-    from pipeline.export import write_lines
+    from pipeline import jsonl
 
     try:
-        store = store_of(args, "export")
-        extents = load.dead_letter_queues(store, args.project, args.queues)
-        out: BinaryIO = sys.stdout.buffer if args.out == "-" else Path(args.out).open("wb")  # noqa: SIM115
-        try:
-            written = write_lines(store.open(), extents, out)
-        finally:
-            if out is not sys.stdout.buffer:
-                out.close()
+        exported = jsonl.export(
+            store_of(args, "export"),
+            sys.stdout.buffer if args.out == "-" else Path(args.out),
+            project=args.project,
+            queues=args.queues,
+        )
     except InsightsError as e:
         _say("export", str(e))
         return _exit_code(e)
-    except CharonError as e:  # the store stopped answering during the read
-        _say("export", str(e))
-        return EXIT_FAILED
-    _say("export", f"{written:,} messages from {len(extents)} queue(s)")
+    _say("export", f"{exported.messages:,} messages from {exported.queues} queue(s)")
     return 0
 
 

@@ -9,3 +9,7 @@ class InsightsError(Exception):
 
 class NothingToAnalyse(InsightsError):
     """The input holds no dead letter: no such DLQ, or an empty one."""
+
+
+class JobFailed(InsightsError):
+    """Spark failed while the job ran: the message is one line, and names where the rest is."""

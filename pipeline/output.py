@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import DEFAULT_MAX_BODY_BYTES, hadoop, trends
-from pipeline.aggregate import Insights
+from pipeline.insights import Insights
 from pipeline.report import duration, untitled
 
 

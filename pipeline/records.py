@@ -10,30 +10,16 @@ reader's limit (`body_bytes` still says how long it was).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline import DEFAULT_MAX_BODY_BYTES
 from storage.export import Page
 
-__all__ = ["DDL", "DEFAULT_MAX_BODY_BYTES", "SCHEMA", "batch", "export_lines"]
-
-TEXT = (
-    "project",
-    "queue",
-    "id",
-    "body",
-    "source_queue",
-    "reason",
-    "rejection_reason",
-    "rejection_description",
-    "consumer",
-)
+__all__ = ["DDL", "DEFAULT_MAX_BODY_BYTES", "SCHEMA", "batch"]
 
 SCHEMA = pa.schema(
     [
@@ -93,38 +79,3 @@ def _integers(values: Sequence[Any]) -> pa.Array:
     if values and isinstance(next((v for v in values if v is not None), 0), int):
         return pa.array(values, pa.int64())
     return _text(values).cast(pa.int64())
-
-
-def iso_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def export_lines(rb: pa.RecordBatch) -> Iterator[bytes]:
-    """`charon export`'s JSON Lines: one message per line, as the API shows it (with `project`, and times
-    to the millisecond), its body copied as stored."""
-    for r in rb.to_pylist():
-        head: dict[str, Any] = {
-            "id": r["id"],
-            "project": r["project"],
-            "queue": r["queue"],
-            "created": iso_ms(r["created_ms"]),
-            "claim_count": r["claim_count"],
-        }
-        if r["source_queue"] is not None:
-            dead_letter: dict[str, Any] = {
-                "source_queue": r["source_queue"],
-                "reason": r["reason"],
-                "claim_count": r["dl_claim_count"],
-                "dead_lettered_at": iso_ms(r["dead_lettered_at_ms"]),
-                "first_enqueued_at": iso_ms(r["first_enqueued_at_ms"]),
-                "redrive_count": r["redrive_count"] or 0,
-            }
-            rejection = {
-                k: r[f"rejection_{k}"] for k in ("reason", "description") if r[f"rejection_{k}"] is not None
-            }
-            if rejection:
-                dead_letter["rejection"] = rejection
-            if r["consumer"] is not None:
-                dead_letter["consumer"] = r["consumer"]
-            head["dead_letter"] = dead_letter
-        yield orjson.dumps(head)[:-1] + b',"body":' + r["body"].encode() + b"}\n"

@@ -9,19 +9,16 @@ from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.limits import is_name, is_valid_id
 from core.signatures import DEFAULT_MAX_BODY_BYTES
 from pipeline import trends
 from pipeline.analysis import RECENT_S, REDRIVE_IDS, TTD_BUCKETS, TTD_LAST
+from pipeline.insights import GROUP_CARDS, SERIES, Insights
 
-if TYPE_CHECKING:
-    from pipeline.aggregate import Insights
-
+# a colour per series of the rate chart and one for the rest, "other" (PALETTE[SERIES])
 PALETTE = ("#3b6fb6", "#e0823d", "#4f9d69", "#c8534f", "#8a6bb8", "#9c7a4b", "#d17bb3", "#6f7f8f")
-GROUP_CARDS = 8
-SERIES = len(PALETTE) - 1  # rate chart: the biggest groups, the rest as "other"
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#1d2733;padding:0 16px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde3ea;padding-bottom:4px}
@@ -206,13 +203,27 @@ def _rate_chart(rows: list[dict[str, Any]], width_s: int) -> str:
     biggest = sorted(totals, key=lambda k: (-totals[k], k))
     series = {k: i for i, k in enumerate(biggest[:SERIES])}
     width_ms = width_s * 1000
-    start, end = min(r["bucket_ms"] for r in rows), max(r["bucket_ms"] for r in rows)
-    n = (end - start) // width_ms + 1
+    start = min(r["bucket_ms"] for r in rows)
+    stacks = _stacks(rows, series, start, width_ms)
+    other = len(biggest) > SERIES or any(r["project"] is None for r in rows)
+    return _stacked_bars(stacks, start, width_ms) + _legend(series, other=other)
+
+
+def _stacks(
+    rows: list[dict[str, Any]], series: dict[tuple[str, str, str], int], start: int, width_ms: int
+) -> list[list[int]]:
+    """Per bucket from `start`, the messages of each series, and of the rest last."""
+    n = (max(r["bucket_ms"] for r in rows) - start) // width_ms + 1
     stacks = [[0] * (SERIES + 1) for _ in range(n)]
     for r in rows:
         stacks[(r["bucket_ms"] - start) // width_ms][
             series.get((r["project"], r["source_queue"], r["reason"]), SERIES)
         ] += r["messages"]
+    return stacks
+
+
+def _stacked_bars(stacks: list[list[int]], start: int, width_ms: int) -> str:
+    n = len(stacks)
     peak = max(sum(s) for s in stacks)
     w, h, left, bottom = 1100, 220, 48, 22
     bar = (w - left) / n
@@ -237,12 +248,17 @@ def _rate_chart(rows: list[dict[str, Any]], width_s: int) -> str:
         out.append(
             f"<text x={x:.1f} y={h + 15} font-size=11 text-anchor={anchor} fill='#66727f'>{ts(start + i * width_ms)[5:16]}</text>"
         )
-    out.append("</svg><div class=legend>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _legend(series: dict[tuple[str, str, str], int], *, other: bool) -> str:
+    out = ["<div class=legend>"]
     for k, j in series.items():
         out.append(
             f"<span><i style='background:{PALETTE[j]}'></i>{escape(k[0])}/{escape(k[1])} &middot; {escape(k[2])}</span>"
         )
-    if len(biggest) > SERIES or any(r["project"] is None for r in rows):
+    if other:
         out.append(f"<span><i style='background:{PALETTE[SERIES]}'></i>other</span>")
     out.append("</div>")
     return "".join(out)

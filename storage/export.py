@@ -22,25 +22,6 @@ from typing import Protocol
 
 PAGE_SIZE = 2_000  # messages per Page: a ZRANGE and its HMGETs (Redis) or one cursor batch (MongoDB)
 
-# A Page's columns, one value per message:
-COLUMNS = (
-    "id",
-    "marker",
-    "body",  # the body's JSON text, as stored
-    "created_ms",
-    "claim_count",  # claims in the DLQ since it arrived
-    # the dead_letter provenance (None for a message posted to the DLQ directly)
-    "source_queue",
-    "reason",  # max_claims | expired | rejected
-    "dl_claim_count",  # claims it had when it was dead-lettered
-    "dead_lettered_at_ms",
-    "first_enqueued_at_ms",
-    "redrive_count",  # None is 0
-    "rejection_reason",
-    "rejection_description",
-    "consumer",  # the Client-ID of the consumer that failed (DeadLetter.consumer)
-)
-
 Value = bytes | str | int | None
 
 
@@ -95,8 +76,13 @@ class Slice:
 @dataclass(frozen=True, slots=True)
 class Page:
     """Up to PAGE_SIZE messages of one DLQ, column by column: `columns[name][i]` is message i's value, for
-    every name in COLUMNS. Values are as the store answers them, for a bulk conversion (pipeline/records.py):
-    bytes or str (text; numbers as their decimal text, as Redis answers them), int, or None (absent)."""
+    each name of: id, marker, body (its JSON text, as stored), created_ms, claim_count (claims in the DLQ
+    since it arrived), and the dead_letter provenance, None for a message posted to the DLQ directly:
+    source_queue, reason (max_claims | expired | rejected), dl_claim_count (claims it had when it was
+    dead-lettered), dead_lettered_at_ms, first_enqueued_at_ms, redrive_count (None is 0), rejection_reason,
+    rejection_description, consumer (the Client-ID of the consumer that failed, DeadLetter.consumer).
+    Values are as the store answers them, for a bulk conversion (pipeline/records.py): bytes or str (text;
+    numbers as their decimal text, as Redis answers them), int, or None (absent)."""
 
     project: str
     queue: str

@@ -21,7 +21,8 @@ from app.main import create_app
 from app.settings import Settings
 from core.clock import ManualClock
 from core.models import Message, QueueRef
-from pipeline import aggregate, hadoop, trends
+from pipeline import hadoop, trends
+from pipeline.insights import in_order
 from pipeline.load import DeadLetterStore
 from pipeline.spark import session
 from storage.base import Store
@@ -38,9 +39,7 @@ from tests.servers import RedisServer
 
 def written(out: Path, name: str) -> list[dict[str, Any]]:
     """A table as Spark wrote it into `out` (a directory of Parquet files, in no order), in its order."""
-    rows: list[dict[str, Any]] = aggregate.in_order(
-        name, pq.read_table(out / "tables" / f"{name}.parquet")
-    ).to_pylist()
+    rows: list[dict[str, Any]] = in_order(name, pq.read_table(out / "tables" / f"{name}.parquet")).to_pylist()
     return rows
 
 

@@ -13,7 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from app import insights as cli
 from pipeline import aggregate, load, output, purepython, report
-from pipeline.aggregate import TABLES, Insights
+from pipeline.aggregate import TABLES
+from pipeline.insights import Insights
 from tests.pipeline import scenario
 from tests.pipeline.conftest import DeadLetters
 from tests.pipeline.conftest import written as table_in

@@ -13,8 +13,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from app.cli import main
-from pipeline import aggregate, hadoop, output, purepython, report, trends
+from pipeline import aggregate, hadoop, output, purepython, trends
 from pipeline.aggregate import TABLES
+from pipeline.insights import GROUP_CARDS, SERIES, in_order
 from pipeline.records import DDL
 from tests.pipeline import corpus
 from tests.pipeline.conftest import DeadLetters, written
@@ -60,7 +61,7 @@ def test_a_hadoop_path_takes_every_output(
     assert statuses == {"quiet"}  # nothing died between the two runs
     assert metas[1]["rows"] == {name: len(expected[name]) for name in TABLES}
     for name in TABLES:  # each run keeps its own tables
-        assert aggregate.in_order(name, _read(runs[0], name)).num_rows == len(expected[name])
+        assert in_order(name, _read(runs[0], name)).num_rows == len(expected[name])
     report = (target / "report.html").read_text()
     assert "against the previous run" in report
     assert list((target / "redrive").rglob("dry-run.json"))
@@ -91,7 +92,7 @@ def rate_view(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         key = (r["project"], r["source_queue"], r["reason"])
         totals[key] = totals.get(key, 0) + r["messages"]
-    series = set(sorted(totals, key=lambda k: (-totals[k], k))[: report.SERIES])
+    series = set(sorted(totals, key=lambda k: (-totals[k], k))[:SERIES])
     other: dict[int, int] = {}
     for r in rows:
         if (r["project"], r["source_queue"], r["reason"]) not in series:
@@ -144,7 +145,7 @@ def test_only_each_tables_view_comes_to_the_driver(
         dict.fromkeys((r["project"], r["source_queue"], r["reason"]) for r in expected["by_source"][:shown])
     )
     for name in ("claim_counts", "time_to_death"):
-        of = set(carded[: report.GROUP_CARDS])
+        of = set(carded[:GROUP_CARDS])
         assert insights.shown(name) == [
             r for r in expected[name] if (r["project"], r["source_queue"], r["reason"]) in of
         ]
