@@ -17,11 +17,13 @@ from pydantic import (
     StrictBool,
     StringConstraints,
     WithJsonSchema,
+    create_model,
 )
 from pydantic_core import core_schema
 
 from api.ids import ID_PATTERN, ID_SCHEMA
 from core.limits import NAME_RULE, NAME_SCHEMA, is_name
+from core.models import PROVENANCE, REJECTION_DESCRIPTION, DeadLetterReason, ProvenanceField
 from core.signatures import DEFAULT_MAX_BODY_BYTES, SIGNATURE_CHARS, SIGNATURE_PATTERN
 from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
@@ -140,7 +142,7 @@ MessageIdText = Annotated[str, StringConstraints(pattern=ID_PATTERN), WithJsonSc
 
 class RedriveFilter(_In):
     source_queue: Name | None = None
-    reason: Literal["max_claims", "expired", "rejected"] | None = None
+    reason: DeadLetterReason | None = None
     dead_lettered_after: Timestamp | None = Field(None, description="ISO 8601 with a zone, e.g. ...Z.")
     dead_lettered_before: Timestamp | None = None
     message_ids: list[MessageIdText] | None = Field(
@@ -327,24 +329,29 @@ class Link(BaseModel):
     href: str
 
 
-class RejectionOut(BaseModel):
-    reason: str | None = None
-    description: str | None = None
+def _provenance_model(name: str, rows: list[ProvenanceField], **more: Any) -> type[BaseModel]:
+    """A response model of provenance rows (core.models.PROVENANCE), as core/wire.py renders them."""
+    types: dict[str, Any] = {"text": str, "reason": DeadLetterReason, "count": int, "time": str}
+    fields: dict[str, Any] = {}
+    for p in rows:
+        kind = types[p.kind]
+        if p.optional or p.rejection:
+            fields[p.wire] = (kind | None, Field(None, description=p.description))
+        else:
+            fields[p.wire] = (kind, Field(..., description=p.description))
+    return create_model(name, **fields, **more)
 
 
-class DeadLetterOut(BaseModel):
-    source_queue: str
-    reason: Literal["max_claims", "expired", "rejected"]
-    claim_count: int
-    dead_lettered_at: str
-    first_enqueued_at: str
-    redrive_count: int = Field(..., description="Times a redrive moved the message out of a DLQ.")
-    rejection: RejectionOut | None = Field(None, description="For reason `rejected`: what the consumer gave.")
-    consumer: str | None = Field(
-        None,
-        description="EXT: the Client-ID of the consumer whose claim used up the last delivery (for "
-        "`expired`: the last claimer in the source queue), or that rejected the message; absent when no "
-        "claim held it.",
+if TYPE_CHECKING:  # what the models hold, for mypy
+
+    class DeadLetterOut(BaseModel): ...
+
+else:
+    RejectionOut = _provenance_model("RejectionOut", [p for p in PROVENANCE if p.rejection])
+    DeadLetterOut = _provenance_model(
+        "DeadLetterOut",
+        [p for p in PROVENANCE if not p.rejection],
+        rejection=(RejectionOut | None, Field(None, description=REJECTION_DESCRIPTION)),
     )
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Generic, Literal, NewType, TypeVar
 
 from core import signatures
@@ -45,7 +46,8 @@ class Idempotency:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Provenance of a dead-lettered message (docs/contract.md promise 6)."""
+    """Provenance of a dead-lettered message (docs/contract.md promise 6). Each field is a row of PROVENANCE,
+    which says how it is shown, stored and exported."""
 
     source_queue: str
     reason: DeadLetterReason
@@ -65,6 +67,117 @@ class Rejection:
 
     reason: str | None = None
     description: str | None = None
+
+
+# How a provenance value is held and shown: text, a DeadLetterReason, a count, or a time (ms, shown as
+# ISO 8601).
+ProvenanceKind = Literal["text", "reason", "count", "time"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceField:
+    """One field of a dead letter's provenance (DeadLetter), as a row of PROVENANCE.
+
+    `attr` is DeadLetter's attribute, or Rejection's when `rejection` (then it is shown in the provenance's
+    `rejection` object, and left out while empty); `kind` says how it is held and shown; an `optional` one is
+    left out while None. `field` is the short name the drivers store it under (storage/redis/keys.py and
+    storage/mongodb/schema.py say how), `column` its name in the dead-letter export when that is not `key`.
+    `description` is markdown for the published contract.
+    """
+
+    attr: str
+    kind: ProvenanceKind
+    field: str
+    description: str | None = None
+    optional: bool = False
+    rejection: bool = False
+    column: str = ""
+
+    @property
+    def wire(self) -> str:
+        """Its name in Zaqar's JSON (core/wire.py, api/schemas.py): a time's without `_ms`."""
+        return self.attr.removesuffix("_ms") if self.kind == "time" else self.attr
+
+    @property
+    def key(self) -> str:
+        """The row's name: `attr`, a rejection's as `rejection_<attr>`."""
+        return f"rejection_{self.attr}" if self.rejection else self.attr
+
+    @property
+    def export_column(self) -> str:
+        return self.column or self.key
+
+
+# Every field of the provenance, in the order the wire and the API's schema show them (the `rejection` object
+# after the others) and the export has them. The wire dict (core/wire.py), the API's schema (api/schemas.py,
+# so openapi.yaml), the drivers' stored names, reads and exports follow from these rows; a new field is a row
+# (and DeadLetter's attribute) plus its behaviour: the moves that write it (lib.lua dead_letter(),
+# storage/mongodb/moves.py).
+PROVENANCE: tuple[ProvenanceField, ...] = (
+    ProvenanceField("source_queue", "text", "src"),
+    ProvenanceField("reason", "reason", "rsn"),
+    ProvenanceField("claim_count", "count", "cc", column="dl_claim_count"),
+    ProvenanceField("dead_lettered_at_ms", "time", "at"),
+    ProvenanceField("first_enqueued_at_ms", "time", "first"),
+    ProvenanceField("redrive_count", "count", "rc", "Times a redrive moved the message out of a DLQ."),
+    ProvenanceField("reason", "text", "rr", rejection=True),
+    ProvenanceField("description", "text", "rd", rejection=True),
+    ProvenanceField(
+        "consumer",
+        "text",
+        "cl",
+        "EXT: the Client-ID of the consumer whose claim used up the last delivery (for `expired`: the last "
+        "claimer in the source queue), or that rejected the message; absent when no claim held it.",
+        optional=True,
+    ),
+)
+# What a consumer gave, shown as the provenance's `rejection` object (only when it gave something).
+REJECTION_DESCRIPTION = "For reason `rejected`: what the consumer gave."
+
+
+def provenance_reader(
+    names: Mapping[str, str], *, as_text: bool = False
+) -> Callable[[Mapping[str, Any]], DeadLetter]:
+    """A driver's reader of the provenance it stores: `names` maps each row's key to the name its value is
+    stored under; `as_text`: counts and times are stored as decimal text (Redis), not numbers. A value absent
+    is DeadLetter's default; a rejection none of whose fields is present is None.
+
+    The reader is compiled from the rows (as dataclasses compiles an __init__) into what a hand-written one
+    would be, one call on every dead letter a store reads (with a loop over the rows instead, reading a dead
+    letter's hash took 1.3x the time).
+    """
+    defaults = {f.name: f.default for f in fields(DeadLetter)}
+
+    def value(p: ProvenanceField) -> str:
+        name = repr(names[p.key])
+        default = None if p.rejection else defaults[p.attr]
+        number = as_text and p.kind in ("count", "time")
+        if default is MISSING:
+            return f"int(f[{name}])" if number else f"f[{name}]"
+        if number and default is not None:
+            return f"int(f.get({name}, {default!r}))"
+        if number:
+            return f"(None if (x := f.get({name})) is None else int(x))"
+        return f"f.get({name}, {default!r})"
+
+    own = [p for p in PROVENANCE if not p.rejection]
+    said = [p for p in PROVENANCE if p.rejection]
+    present = " or ".join(f"{names[p.key]!r} in f" for p in said) or "False"
+    source = "\n".join(
+        [
+            "def read(f):",
+            "    return DeadLetter(",
+            *(f"        {p.attr}={value(p)}," for p in own),
+            "        rejection=Rejection(",
+            *(f"            {p.attr}={value(p)}," for p in said),
+            f"        ) if {present} else None,",
+            "    )",
+        ]
+    )
+    namespace: dict[str, Any] = {"DeadLetter": DeadLetter, "Rejection": Rejection}
+    exec(source, namespace)  # noqa: S102 -- built from core's rows and the driver's names only
+    read: Callable[[Mapping[str, Any]], DeadLetter] = namespace["read"]
+    return read
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import pymongo.errors
 from pymongo.database import Database
 
 from core.errors import StorageUnavailable
+from core.models import PROVENANCE
 from storage.export import PAGE_SIZE, Extent, Page, Slice, Value, shown
 from storage.mongodb.schema import (
     COUNTER,
@@ -32,17 +33,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5_000
 
 Doc = dict[str, Any]
 # The export's provenance columns as fields of a message's `dl` sub-document.
-DEAD_LETTER_COLUMNS = {
-    "source_queue": DL.SOURCE,
-    "reason": DL.REASON,
-    "dl_claim_count": DL.CLAIM_COUNT,
-    "dead_lettered_at_ms": DL.AT,
-    "first_enqueued_at_ms": DL.FIRST,
-    "redrive_count": DL.REDRIVES,
-    "rejection_reason": DL.REJECT_REASON,
-    "rejection_description": DL.REJECT_DESCRIPTION,
-    "consumer": DL.CONSUMER,
-}
+DEAD_LETTER_COLUMNS: dict[str, str] = {p.export_column: getattr(DL, p.key) for p in PROVENANCE}
 PROJECTION = {M.MARKER: 1, M.BODY: 1, M.CREATED: 1, M.CLAIM_COUNT: 1, M.DEAD_LETTER: 1}
 
 

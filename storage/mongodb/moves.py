@@ -73,19 +73,19 @@ async def dead_letter(
             e = doc[M.EXPIRES]
         previous = doc.get(M.DEAD_LETTER) or {}
         provenance = {
-            DL.SOURCE: src.name,
-            DL.REASON: reason,
-            DL.CLAIM_COUNT: doc[M.CLAIM_COUNT],
-            DL.AT: now,
-            DL.FIRST: previous.get(DL.FIRST, doc[M.CREATED]),
-            DL.REDRIVES: previous.get(DL.REDRIVES, 0),
+            DL.source_queue: src.name,
+            DL.reason: reason,
+            DL.claim_count: doc[M.CLAIM_COUNT],
+            DL.dead_lettered_at_ms: now,
+            DL.first_enqueued_at_ms: previous.get(DL.first_enqueued_at_ms, doc[M.CREATED]),
+            DL.redrive_count: previous.get(DL.redrive_count, 0),
         }
         if rejection is not None and rejection.reason is not None:
-            provenance[DL.REJECT_REASON] = rejection.reason
+            provenance[DL.rejection_reason] = rejection.reason
         if rejection is not None and rejection.description is not None:
-            provenance[DL.REJECT_DESCRIPTION] = rejection.description
+            provenance[DL.rejection_description] = rejection.description
         if who := consumer or doc.get(M.CLAIMER):
-            provenance[DL.CONSUMER] = who
+            provenance[DL.consumer] = who
         fields = {
             M.CLAIM_COUNT: 0,
             M.AVAILABLE: now,

@@ -12,9 +12,9 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             cc (claim count), av (claimable from, the delay: ms), vis (claimable from: max(av, claim end
             plus the redelivery wait bo)), c / ce (claim id / claim end ms; absent when no claim holds the
             message), bo (ms: the redelivery wait after the claim that holds it), ne (true: not DLQ-eligible),
-            dl {src, rsn, cc, at, first, rc, rr, rd} (provenance, set by a dead-letter move; rc redrive count,
-            rr/rd a rejection's text), gc (Date: e + slack, the TTL index's backstop should no sweeper run;
-            the sweeper deletes expired messages well before it)
+            dl (the provenance, set by a dead-letter move: core.models.PROVENANCE's fields, src, rsn, ...,
+            rc the redrive count; DeadLetterFields), gc (Date: e + slack, the TTL index's backstop should no
+            sweeper run; the sweeper deletes expired messages well before it)
   queues    p, n (name), meta (JSON text, so any key is allowed), pol (the reserved keys parsed: core's
             policy fields, the backoff's in bo {d m x j l}; PolicyFields), cr, subs (how many subscription
             documents the queue has: absent or 0 lets a post or a move into it skip the outbox). Written by
@@ -64,16 +64,16 @@ from core.metadata import (
     policy_from_fields,
 )
 from core.models import (
+    PROVENANCE,
     ClaimId,
-    DeadLetter,
     DeadLetterReason,
     Delivery,
     Message,
     MessageId,
     QueueRef,
-    Rejection,
     Subscription,
     SubscriptionId,
+    provenance_reader,
 )
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
@@ -142,19 +142,15 @@ class MessageFields:
     GC: str = "gc"
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetterFields:
-    """The provenance sub-document `dl` of a message."""
-
-    SOURCE: str = "src"
-    REASON: str = "rsn"
-    CLAIM_COUNT: str = "cc"
-    AT: str = "at"
-    FIRST: str = "first"
-    REDRIVES: str = "rc"
-    REJECT_REASON: str = "rr"
-    REJECT_DESCRIPTION: str = "rd"
-    CONSUMER: str = "cl"  # DeadLetter.consumer
+# The provenance sub-document `dl` of a message: each core.models.PROVENANCE row's field under its own name,
+# by the row's key (a provenance field's row names the field it is stored under, so a new one needs no change
+# here). Read with message_of().
+DeadLetterFields = make_dataclass(
+    "DeadLetterFields",
+    [(p.key, str, field(default=p.field)) for p in PROVENANCE],
+    frozen=True,
+    slots=True,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +295,7 @@ class DeliveryFields:
 
 MESSAGE = MessageFields()
 DEAD_LETTER = DeadLetterFields()
+_read_provenance = provenance_reader({p.key: getattr(DEAD_LETTER, p.key) for p in PROVENANCE})
 QUEUE = QueueFields()
 POLICY = PolicyFields()
 BACKOFF = BackoffFields()
@@ -312,7 +309,7 @@ SUBSCRIPTION = SubscriptionFields()
 DELIVERY = DeliveryFields()
 
 # Dotted paths into sub-documents, for queries and updates.
-REDRIVES_PATH = f"{MESSAGE.DEAD_LETTER}.{DEAD_LETTER.REDRIVES}"
+REDRIVES_PATH = f"{MESSAGE.DEAD_LETTER}.{DEAD_LETTER.redrive_count}"
 COUNTER_PROJECT_PATH = f"{COUNTER.ID}.{COUNTER.PROJECT}"
 # The fields of a message document a delivery keeps (the message as it was posted or dead-lettered).
 DELIVERED = dict.fromkeys(
@@ -497,22 +494,7 @@ def policy_of(queue_doc: dict[str, Any] | None) -> QueuePolicy:
 
 def message_of(doc: dict[str, Any]) -> Message:
     m = MESSAGE
-    dead_letter = None
-    if dl := doc.get(m.DEAD_LETTER):
-        d = DEAD_LETTER
-        rejection = None
-        if d.REJECT_REASON in dl or d.REJECT_DESCRIPTION in dl:
-            rejection = Rejection(reason=dl.get(d.REJECT_REASON), description=dl.get(d.REJECT_DESCRIPTION))
-        dead_letter = DeadLetter(
-            source_queue=dl[d.SOURCE],
-            reason=dl[d.REASON],
-            claim_count=dl[d.CLAIM_COUNT],
-            dead_lettered_at_ms=dl[d.AT],
-            first_enqueued_at_ms=dl[d.FIRST],
-            redrive_count=dl.get(d.REDRIVES, 0),
-            rejection=rejection,
-            consumer=dl.get(d.CONSUMER),
-        )
+    dl = doc.get(m.DEAD_LETTER)
     return Message(
         id=MessageId(doc[m.ID]),
         queue=doc[m.QUEUE],
@@ -524,7 +506,7 @@ def message_of(doc: dict[str, Any]) -> Message:
         claim_id=ClaimId(doc[m.CLAIM]) if doc.get(m.CLAIM) else None,
         claim_expires_ms=doc.get(m.CLAIM_END, 0),
         client_id=doc[m.CLIENT],
-        dead_letter=dead_letter,
+        dead_letter=_read_provenance(dl) if dl else None,
         dead_letter_eligible=not doc.get(m.NOT_ELIGIBLE, False),
     )
 

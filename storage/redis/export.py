@@ -20,8 +20,9 @@ import redis
 import redis.exceptions
 
 from core.errors import StorageUnavailable
+from core.models import PROVENANCE
 from storage.export import PAGE_SIZE, Extent, Page, Slice, Value, shown
-from storage.redis.keys import MessageField, ProjectKeys, QueueField, projects_key
+from storage.redis.keys import DEAD_LETTER_FIELDS, MessageField, ProjectKeys, QueueField, projects_key
 from storage.redis.uri import open_sync_client
 
 CONNECT_TIMEOUT_S = 5.0
@@ -32,15 +33,7 @@ COLUMN_FIELDS = {
     "body": MessageField.BODY,
     "created_ms": MessageField.CREATED,
     "claim_count": MessageField.CLAIM_COUNT,
-    "source_queue": MessageField.DL_SOURCE,
-    "reason": MessageField.DL_REASON,
-    "dl_claim_count": MessageField.DL_CLAIM_COUNT,
-    "dead_lettered_at_ms": MessageField.DL_AT,
-    "first_enqueued_at_ms": MessageField.DL_FIRST,
-    "redrive_count": MessageField.REDRIVES,
-    "rejection_reason": MessageField.REJECT_REASON,
-    "rejection_description": MessageField.REJECT_DESCRIPTION,
-    "consumer": MessageField.DL_CONSUMER,
+    **{p.export_column: DEAD_LETTER_FIELDS[p.key] for p in PROVENANCE},
 }
 # One HMGET in RESP, but for the key: the expiry first (a message whose hash is gone has none), then the
 # columns' fields.

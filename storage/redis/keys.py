@@ -4,8 +4,9 @@ This module is the one owner. Scripts get the keys a caller knows in KEYS, built
 derives from data (a DLQ's keys from the queue's policy, a message's hash from an id found in an index) are
 built by lib.lua's `qkeys` and `message_key`, which tests/storage/test_layout.py holds to the builders below,
 as it holds every hash field name in the .lua files to the field enums below. The queue hash's policy
-fields are the one exception: their names are core.metadata's (a reserved key's row names the field it is
-stored under), so a new reserved key needs no change here.
+fields and the message hash's provenance fields are the exceptions: their names are core's (a reserved key's
+row in core.metadata, a provenance field's in core.models.PROVENANCE, names the field it is stored under), so
+a new reserved key or provenance field needs no change here.
 
 All keys of a project share the hash tag ``{<project>}``, so every script's keys, a queue's DLQ included,
 live in one Redis Cluster slot. The trade-off: one project is one slot, so a single very large tenant cannot
@@ -26,7 +27,7 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix q:<name>:idem:<key>   HASH  IdempotencyField: an Idempotency-Key's record (post_messages.lua)
   prefix q:<name>:waiting      STRING set while a long poll waits on the queue (expires with the wait)
   channel prefix q:<name>:wake  pub/sub: n messages of the queue became claimable (only while `waiting`)
-  prefix m:<id>                HASH  MessageField
+  prefix m:<id>                HASH  MessageField, and the provenance: DEAD_LETTER_FIELDS
   prefix c:<claim id>          HASH  ClaimField;   prefix c:<claim id>:m  LIST of the message ids it took
   prefix t:<task id>           HASH  TaskField: a redrive task
   prefix tasks:<name>          ZSET  task id -> created ms: the redrive tasks of DLQ `name`
@@ -55,14 +56,15 @@ import orjson
 
 from core import metadata
 from core.models import (
+    PROVENANCE,
     ClaimId,
     DeadLetter,
     Message,
     MessageId,
     QueueRef,
-    Rejection,
     Subscription,
     SubscriptionId,
+    provenance_reader,
 )
 
 KEY_LAYOUT_VERSION = 1
@@ -104,16 +106,12 @@ class MessageField(StrEnum):
     AVAILABLE = "av"  # claimable from (ms)
     NOT_ELIGIBLE = "ne"  # '1': posted with dead_letter_eligible false
     CLAIMER = "ccl"  # the Client-ID of its last claimer in this queue (a dead-letter move takes it)
-    # provenance, written by a dead-letter move
-    DL_SOURCE = "dsrc"
-    DL_REASON = "drsn"
-    DL_CLAIM_COUNT = "dcc"
-    DL_AT = "dat"
-    DL_FIRST = "dfirst"
-    REDRIVES = "drc"
-    REJECT_REASON = "drr"
-    REJECT_DESCRIPTION = "drd"
-    DL_CONSUMER = "dcl"  # DeadLetter.consumer
+    # and the provenance, a field each (DEAD_LETTER_FIELDS)
+
+
+# The provenance, written by a dead-letter move: each core.models.PROVENANCE row's field prefixed with `d` (a
+# message hash is flat), by the row's key.
+DEAD_LETTER_FIELDS: Mapping[str, str] = {p.key: f"d{p.field}" for p in PROVENANCE}
 
 
 class ClaimField(StrEnum):
@@ -377,39 +375,13 @@ _Q, _B, _T, _CR, _E, _CL, _C, _CE, _CC, _NE = (
         MessageField.NOT_ELIGIBLE,
     )
 )
-_DSRC, _DRSN, _DCC, _DAT, _DFIRST, _DRC, _DRR, _DRD, _DCL = (
-    f.value
-    for f in (
-        MessageField.DL_SOURCE,
-        MessageField.DL_REASON,
-        MessageField.DL_CLAIM_COUNT,
-        MessageField.DL_AT,
-        MessageField.DL_FIRST,
-        MessageField.REDRIVES,
-        MessageField.REJECT_REASON,
-        MessageField.REJECT_DESCRIPTION,
-        MessageField.DL_CONSUMER,
-    )
-)
+_DSRC = DEAD_LETTER_FIELDS["source_queue"]  # on every dead letter
+_read_provenance = provenance_reader(DEAD_LETTER_FIELDS, as_text=True)
 
 
 def dead_letter_of(f: Mapping[str, Any]) -> DeadLetter | None:
     """The provenance in a message hash (str fields and values), None when it was never dead-lettered."""
-    if _DSRC not in f:
-        return None
-    rejection = None
-    if _DRR in f or _DRD in f:
-        rejection = Rejection(reason=f.get(_DRR), description=f.get(_DRD))
-    return DeadLetter(
-        source_queue=f[_DSRC],
-        reason=f[_DRSN],
-        claim_count=int(f[_DCC]),
-        dead_lettered_at_ms=int(f[_DAT]),
-        first_enqueued_at_ms=int(f[_DFIRST]),
-        redrive_count=int(f.get(_DRC, 0)),
-        rejection=rejection,
-        consumer=f.get(_DCL),
-    )
+    return _read_provenance(f) if _DSRC in f else None
 
 
 def message_of(message_id: str, f: Mapping[str, Any]) -> Message:

@@ -3,8 +3,9 @@
 lib.lua builds the keys a script finds in data (a DLQ's keys, a message's hash) with qkeys() and
 message_key(); every other key comes from the caller in KEYS. Every hash field a .lua file names must be a
 field of keys.py (the policy's fields are core.metadata's, written into lib.lua's POLICY_FIELDS when the
-scripts load). lib.lua's policy() applies the operator's dead-letter defaults as core's
-DeadLetterDefaults.apply does, and its exhausted() is core's QueuePolicy.exhausted.
+scripts load; the provenance's are core.models.PROVENANCE's, DEAD_LETTER_FIELDS). lib.lua's policy()
+applies the operator's dead-letter defaults as core's DeadLetterDefaults.apply does, and its exhausted() is
+core's QueuePolicy.exhausted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import redis.asyncio as aioredis
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, QueuePolicy, parse_policy
 from storage.redis.keys import (
+    DEAD_LETTER_FIELDS,
     POLICY_FIELDS,
     ClaimField,
     DeliveryField,
@@ -34,7 +36,7 @@ from storage.redis.scripts import POLICY_FIELDS_SLOT, SCRIPT_NAMES, defaults_arg
 LUA = resources.files("storage.redis") / "lua"
 LIB = library()
 LAYOUT = (QueueField, MessageField, ClaimField, TaskField, IdempotencyField, SubscriptionField, DeliveryField)
-FIELDS = {str(f) for enum in LAYOUT for f in enum} | set(POLICY_FIELDS)
+FIELDS = {str(f) for enum in LAYOUT for f in enum} | set(POLICY_FIELDS) | set(DEAD_LETTER_FIELDS.values())
 HASH_COMMANDS = re.compile(r"redis\.call\('(HSET|HMGET|HGET|HDEL|HINCRBY|HSETNX|HEXISTS)',")
 
 
