@@ -75,6 +75,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _PREVIOUS_HANDLERS.clear()
 
 
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """Each test leaves os.environ as it found it. `charon --config FILE`, run in-process, sets CHARON_CONFIG
+    for the processes it starts; left over, it sent every `charon serve` started later in the same worker to
+    that test's file and its long-gone Redis."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     external = os.environ.get("CHARON_TEST_REDIS_URL")
