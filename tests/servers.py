@@ -7,7 +7,9 @@ ends, interrupted or not), and the kernel kills it when the run dies even by kil
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -83,22 +85,48 @@ def _die_with_the_run() -> None:
     die_with_parent(signal.SIGKILL)
 
 
-def free_port() -> int:
+# --- Ports --------------------------------------------------------------------------------------------------
+# The ports the tests choose for their servers come from below the kernel's ephemeral range (32768 and up on
+# Linux), a slice of 1,000 for each pytest-xdist worker, handed out in turn (one again only after the 999
+# others). So a port the kernel gives to a bind(0) or an outgoing connection is never one of ours, two workers
+# never choose the same port, and a server that a fault test stops and restarts on its port does not find it
+# taken in between (with bind(0), another worker's next server could take it). Cluster bus ports (+10000)
+# come from 22000-29999.
+_PORT_BASE, _PORT_SLICE, _PORT_SLICES, _BUS_OFFSET = 12000, 1000, 8, 10000
+
+
+def _worker_slice() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ... (set by pytest-xdist)
+    return int(worker.removeprefix("gw") or 0) % _PORT_SLICES
+
+
+# A random start in the slice: a nested pytest run (tests/test_interrupt.py) inherits the worker's variable.
+_next_port = itertools.count(random.randrange(_PORT_SLICE))
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, bus: bool = False) -> int:
+    """A port nobody is bound to, none of the worker's last 999; with `bus`, its Redis Cluster bus port (the
+    port + 10000) is free too."""
+    low = _PORT_BASE + _worker_slice() * _PORT_SLICE
+    for _ in range(_PORT_SLICE):
+        port = low + next(_next_port) % _PORT_SLICE
+        if _bindable(port) and (not bus or _bindable(port + _BUS_OFFSET)):
+            return port
+    raise RuntimeError(f"no free port in {low}-{low + _PORT_SLICE - 1}")
 
 
 def free_cluster_port() -> int:
-    """A free port P below 55536 whose cluster bus port P + 10000 is free too."""
-    for _ in range(100):
-        port = free_port()
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port + 10000)) != 0:
-                return port
-    raise RuntimeError("no free port pair for a Redis Cluster node")
+    """A free port P whose cluster bus port P + 10000 is free too."""
+    return free_port(bus=True)
 
 
 class ServerProcess:
