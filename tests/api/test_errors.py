@@ -293,7 +293,8 @@ def test_every_error_class_has_a_client_status_and_title() -> None:
 
 
 async def check_requests_answer_503(uri: str) -> None:
-    store = open_store(uri.format(port=free_port()))
+    # A 1 s storage timeout: the MongoDB driver retries server selection until it is spent (5 s by default).
+    store = open_store(uri.format(port=free_port()), timeout=1.0)
     app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0), store=store)
     try:
         async with api_client(app) as c:
