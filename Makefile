@@ -101,8 +101,12 @@ fmt: install
 typecheck: install
 	$(BIN)/mypy
 
+# The tests in parallel (pytest-xdist), a worker a core: each worker starts its own servers on its own ports;
+# a file goes to one worker, and every Spark test to one (tests/conftest.py).
+# `make test TEST_WORKERS=0` runs them in one process.
+TEST_WORKERS ?= auto
 test: install lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The quick loop while changing code: the unit tests, and the contract suite and the API on Redis alone, no live
 # process, Keystone or Spark (tests/conftest.py: markers and --store). `make test` runs everything.

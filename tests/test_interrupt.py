@@ -1,8 +1,9 @@
 """Interrupting the test run leaves no server behind (issue 40): a child pytest whose test uses the real
 fixtures (a redis-server, SecantusDB), starts a `charon serve` and then runs a long command in the foreground
 (as the contract fuzz runs schemathesis) is sent SIGTERM, SIGINT while it ignores SIGINT (what a run started
-in the background by a script inherits), or SIGKILL; once it has exited, none of the processes it started
-lives and none of their ports answers. tests/servers.py spawn() says how."""
+in the background by a script inherits), or SIGKILL, and a run in pytest-xdist workers (`make test`) is sent
+SIGKILL (its workers die with it, their servers with them); once it has exited, none of the processes it
+started lives and none of their ports answers. tests/servers.py spawn() says how."""
 
 from __future__ import annotations
 
@@ -95,9 +96,13 @@ def _answers(port: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"]
+    ("sig", "workers"),
+    [(signal.SIGTERM, 0), (signal.SIGINT, 0), (signal.SIGKILL, 0), (signal.SIGKILL, 2)],
+    ids=["SIGTERM", "SIGINT", "SIGKILL", "SIGKILL-2-workers"],
 )
-def test_an_interrupted_run_leaves_no_server_behind(tmp_path: Path, sig: signal.Signals) -> None:
+def test_an_interrupted_run_leaves_no_server_behind(
+    tmp_path: Path, sig: signal.Signals, workers: int
+) -> None:
     ready = tmp_path / "ports.json"
     module = tmp_path / "test_child.py"
     module.write_text(CHILD_TEST.format(ready=str(ready)))
@@ -111,6 +116,8 @@ def test_an_interrupted_run_leaves_no_server_behind(tmp_path: Path, sig: signal.
         str(ROOT / "pyproject.toml"),
     ]
     pytest_argv += ["--rootdir", str(ROOT), "-p", "tests.conftest", "-q", str(module)]
+    if workers:  # as `make test` runs them: pytest-xdist's workers, each with its servers
+        pytest_argv += ["-n", str(workers), "--dist", "loadfile"]
     argv = [sys.executable, "-c", IGNORING_SIGINT, *pytest_argv] if sig == signal.SIGINT else pytest_argv
     env = {k: v for k, v in os.environ.items() if k not in ("CHARON_TEST_REDIS_URL", "MONGODB_URI")}
     log = (tmp_path / "child.log").open("wb")
