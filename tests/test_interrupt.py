@@ -37,7 +37,8 @@ def test_interrupted_while_servers_run(redis_url, mongodb_uri):
     service = CharonProcess(redis_url).start()
     try:
         ports = [urlsplit(redis_url).port, urlsplit(mongodb_uri).port, service.port]
-        Path({ready!r}).write_text(json.dumps(ports))
+        Path({ready!r} + '.part').write_text(json.dumps(ports))
+        Path({ready!r} + '.part').replace({ready!r})  # whole when it appears
         run([sys.executable, "-c", "import time; time.sleep(600)"], timeout=600)
     finally:
         service.stop()
