@@ -125,9 +125,8 @@ def test_export_then_insights_from_the_file(
     assert tables(from_files(spark, exported)) == purepython.analyse(dead_letters.of("shop"))
 
 
-@pytest.mark.parametrize(
-    "dead_letters", ["redis"], indirect=True
-)  # writing the outputs: the same for any store
+# Writing the outputs is the same whichever store the dead letters came from.
+@pytest.mark.parametrize("dead_letters", ["redis"], indirect=True)
 def test_outputs_parquet_and_report(spark: SparkSession, dead_letters: DeadLetters, tmp_path: Path) -> None:
     insights = from_store(spark, dead_letters, project="shop")
     output.write(insights, tmp_path, top=10)
