@@ -56,6 +56,12 @@ PROJECTS = {"shop": (5, 8), "tenant-b": (2, 4)}  # project -> (rounds, messages 
 def spark() -> Iterator[SparkSession]:
     spark = session("local[2]")
     spark.conf.set("spark.sql.shuffle.partitions", "4")
+    # How plans run, not what they compute: on the tests' few hundred rows, compiling generated code and
+    # re-planning each stage took a third of the JVM's CPU. The runs in a process of their own (test_cli,
+    # test_cluster, tests/deploy) keep Spark's defaults, so those paths stay tested.
+    for key in ("spark.sql.codegen.wholeStage", "spark.sql.adaptive.enabled"):
+        spark.conf.set(key, "false")
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     yield spark
     spark.stop()
 
