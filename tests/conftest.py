@@ -256,21 +256,14 @@ SPARK_TESTS = "tests/pipeline/"
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """What a test needs, as markers `-m` selects on: a real Keystone (`keystone`), Spark (`spark`). The Spark
-    tests come first, then the files that start live processes (`slow`): run in parallel, the longest units
-    of work start first, and the short ones even the workers out at the end."""
+    tests come first: run in parallel, the longest unit of work starts first; no worker idles at the end."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "keystone" in names:
             item.add_marker(pytest.mark.keystone)
         if item.nodeid.startswith(SPARK_TESTS):
             item.add_marker(pytest.mark.spark)
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
-
-    def order(item: pytest.Item) -> tuple[bool, bool]:  # a sort that keeps each file's tests together
-        path = item.nodeid.split("::")[0]
-        return not path.startswith(SPARK_TESTS), path not in slow
-
-    items.sort(key=order)
+    items.sort(key=lambda item: not item.nodeid.startswith(SPARK_TESTS))
 
 
 class _FilesSparkAsOne(LoadFileScheduling):
