@@ -1,19 +1,22 @@
 """The maintained benchmark tools (bench/: compare, loadgen, amqp, rabbitmq, cpu, report, request_cost,
-revisions, bare_app) still run, each in its smallest form, against a live `charon serve` on a redis-server of
-its own: the pipeline `make bench` runs, with a few messages. Speeds are not asserted (bench/README.md);
-that each run finishes, loses and duplicates nothing, and is tabulated, is. bench/studies/ is not run, only
-imported: a study that no longer imports (one did, unnoticed) fails here."""
+layers, revisions, bare_app) still run, each in its smallest form, against a live `charon serve` on a
+redis-server of its own: the pipeline `make bench` runs, with a few messages. Speeds are not asserted
+(bench/README.md); that each run finishes, loses and duplicates nothing, and is tabulated, is. bench/studies/
+is not run, only imported: a study that no longer imports (one did, unnoticed) fails here."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench import amqp, compare, cpu, rabbitmq, report, request_cost, revisions
+from bench import amqp, compare, cpu, layers, rabbitmq, report, request_cost, revisions
 from tests.servers import CharonProcess, RedisServer
 
 pytestmark = pytest.mark.slow
@@ -93,6 +96,28 @@ def test_request_cost_child(redis: RedisServer) -> None:
     result = request_cost.run_in(request_cost.ROOT, redis.url, 20)
     assert result.keys() == {"post of 10 messages", "claim of 10", "delete with claim_id"}
     assert all(us > 0 for us in result.values())
+
+
+def test_layers_divide_a_request(tmp_path: Path) -> None:
+    """bench.layers in a process of its own (it wraps functions process-wide): each op's CPU split into the
+    layers, which a public route (ping) and a queue route go through differently."""
+    out = tmp_path / "layers.json"
+    argv = [sys.executable, "-m", "bench.layers", "--requests", "100", "--rounds", "1", "--json", str(out)]
+    done = subprocess.run(
+        argv, cwd=request_cost.ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    noauth = json.loads(out.read_text())["noauth"]
+    assert set(noauth) >= {*layers.LAYERS, layers.FRAMEWORK, layers.REDIS, "total (this process)"}
+    for op in ("post of 10", "claim of 10", "delete with claim_id", "bulk delete of 10"):
+        assert noauth["identity and policy"][op] > 0, op
+        assert noauth["store call (Python)"][op] > 0, op
+        assert sum(noauth[layer][op] for layer in layers.LAYERS) < noauth["total (this process)"][op], op
+    assert noauth["redis-server"]["post of 10"] > 0
+    assert (
+        noauth["identity and policy"]["ping"] == noauth["store call (Python)"]["ping"] == 0
+    )  # public, no store
+    assert "| framework |" in done.stdout
 
 
 def test_command_lines() -> None:
