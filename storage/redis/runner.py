@@ -407,9 +407,32 @@ class ScriptRunner:
 
 
 async def _send(conn: Any, command: bytes) -> None:
-    """`command` sent on `conn`; a closed connection raises ConnectionError whichever event loop runs."""
-    async with _closed_as_connection_error(conn):
-        await conn.send_packed_command(command)
+    """`command` sent on `conn` (connected) as redis-py's send_packed_command sends it, but bounded by
+    asyncio.timeout where redis-py uses asyncio.wait_for, which on Python 3.11 runs each write as a task of
+    its own: an event-loop turn a call (bench/RESULTS.md, "A request's CPU by layer"). A closed connection
+    raises ConnectionError whichever event loop runs, a write past the socket timeout TimeoutError; a failed
+    write drops the connection, as redis-py's does."""
+    try:
+        if conn.health_check_interval:
+            await conn.check_health()
+        writer = conn._writer  # None once disconnected: the AttributeError closed_transport knows
+        writer.writelines((command,))
+        async with asyncio.timeout(conn.socket_timeout):
+            await writer.drain()
+    except (RuntimeError, AttributeError) as exc:
+        if not closed_transport(exc):
+            raise
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
+    except TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise RedisTimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await conn.disconnect(nowait=True)
+        raise RedisConnectionError(f"Error while writing to socket: {exc}.") from exc
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        raise
 
 
 async def _connected(conn: Any) -> None:

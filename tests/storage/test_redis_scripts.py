@@ -4,6 +4,7 @@ bound on script connections and its wait (the layout: test_layout.py)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 
 import pytest
@@ -130,6 +131,34 @@ async def test_a_call_that_waits_past_the_timeout_for_a_connection_is_unavailabl
         assert all(type(e) is StorageUnavailable for e in failed), failed[:3]
         assert "All 64 Redis connections stayed busy for 0.5 s" in failed[0].description
         assert int(await admin.get("n")) == 1 + ScriptRunner.MAX_CONNECTIONS  # the refused ones never ran
+    finally:
+        await runner.aclose()
+        await client.aclose()
+        await admin.aclose()
+        server.stop()
+
+
+async def test_a_call_the_stopped_server_cannot_take_in_is_unavailable_and_did_not_run() -> None:
+    """A server that stops reading (SIGSTOP) while a call larger than the socket buffers is written: the
+    write is bounded by the socket timeout (runner._send), the call fails as StorageUnavailable (a 503 saying
+    nothing was done) and its connection is dropped, so the part written never runs; once the server goes
+    on, the next call succeeds on a new connection."""
+    server = RedisServer().start()
+    client = aioredis.Redis.from_url(server.url, socket_timeout=0.5)
+    runner = ScriptRunner(client, timeout=0.5)
+    store = Script("store", "return redis.call('SET', KEYS[1], ARGV[1])", write=True)
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await runner(store, ["small"], ["x"])  # loaded and one connection kept
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StorageUnavailable):
+                await asyncio.wait_for(runner(store, ["big"], ["x" * 64_000_000]), 10)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        assert await runner(store, ["after"], ["y"]) in (b"OK", "OK")
+        assert await admin.get("big") is None
+        assert await admin.get("after") == b"y"
     finally:
         await runner.aclose()
         await client.aclose()
