@@ -409,9 +409,15 @@ class ScriptRunner:
 async def _send(conn: Any, command: bytes) -> None:
     """`command` sent on `conn` (connected) as redis-py's send_packed_command sends it, but bounded by
     asyncio.timeout where redis-py uses asyncio.wait_for, which on Python 3.11 runs each write as a task of
-    its own: an event-loop turn a call (bench/RESULTS.md, "A request's CPU by layer"). A closed connection
-    raises ConnectionError whichever event loop runs, a write past the socket timeout TimeoutError; a failed
-    write drops the connection, as redis-py's does."""
+    its own: an event-loop turn a call (bench/RESULTS.md, "A request's CPU by layer").
+
+    A write that fails or runs out of time before the whole command left this process drops the connection
+    with what was not written (`_drop`): the server gets at most part of a command, which it never runs, so
+    the call did not happen (a ConnectionError or TimeoutError, StorageUnavailable to the caller, and safe to
+    send again). Once the whole command is out, it may run: `_send` returns, and the reply's read says how
+    it went (OutcomeUnknown for a write that fails then). A closed connection raises ConnectionError
+    whichever event loop runs."""
+    writer = None
     try:
         if conn.health_check_interval:
             await conn.check_health()
@@ -424,15 +430,24 @@ async def _send(conn: Any, command: bytes) -> None:
             raise
         await conn.disconnect(nowait=True)
         raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
-    except TimeoutError:
-        await conn.disconnect(nowait=True)
-        raise RedisTimeoutError("Timeout writing to socket") from None
-    except OSError as exc:
-        await conn.disconnect(nowait=True)
+    except (TimeoutError, OSError) as exc:
+        if writer is not None and not writer.transport.get_write_buffer_size():
+            return  # all of it handed to the kernel (the timer and the drain may end in one turn)
+        await _drop(conn, writer)
+        if isinstance(exc, TimeoutError):
+            raise RedisTimeoutError("Timeout writing to socket") from None
         raise RedisConnectionError(f"Error while writing to socket: {exc}.") from exc
     except BaseException:
-        await conn.disconnect(nowait=True)
+        await _drop(conn, writer)
         raise
+
+
+async def _drop(conn: Any, writer: Any) -> None:
+    """`conn` closed at once, what it had not yet written discarded: a graceful close would still send it, and
+    a server that reads again later would run a command the caller was told did not happen."""
+    if writer is not None:
+        writer.transport.abort()
+    await conn.disconnect(nowait=True)
 
 
 async def _connected(conn: Any) -> None:
