@@ -10,8 +10,10 @@ around it. Two rows are not a layer's own code:
 - `redis-server`: that server's CPU (INFO cpu) over the requests, a request: the store's other half;
 - `framework`: what is left: Starlette's routing and responses, the ASGI calls, and the route's own lines,
   less this harness's own cost (a request to an ASGI app that only answers, `HARNESS`).
-`wrapped calls` says how many timed calls a request made: each costs the timer about `--overhead` us (measured
-here, and taken off each layer's figure).
+`wrapped calls` says how many timed calls a request made; `timer overhead` is that many times the cost of a
+timed empty call (measured here, on a plain function: an async one costs a little more), taken off what is
+left for `framework`. A timed call nested in another (`core.wire.message` in `messages`) leaves its timer's
+cost in the layer around it, so rendering a claim's 10 messages reads a few us high.
 
 Tracing is not a row: when off (the default) no tracing code is installed at all (app/tracing.py). The
 check for subscribers on a post (the notification check) runs inside the post's Lua script: it is in the
