@@ -13,6 +13,7 @@ replica has it, and none is lost.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import subprocess
 import sys
@@ -136,12 +137,22 @@ async def post_under_failover(service: CharonProcess, queue: str, kill: Callable
         await asyncio.sleep(WARMUP_S)
         run.killed_at = time.monotonic() - start
         await asyncio.to_thread(kill)
-        while (now := time.monotonic() - start) < run.killed_at + RECOVERY_BOUND_S:
-            last = max(run.failures, default=run.killed_at)
-            if now - last >= STEADY_S and run.acked_after(last) > 0 and all(not p.done() for p in producers):
+        for again in itertools.count(1):
+            while (now := time.monotonic() - start) < run.killed_at + RECOVERY_BOUND_S:
+                last = max(run.failures, default=run.killed_at)
+                going = all(not p.done() for p in producers)
+                if now - last >= STEADY_S and run.acked_after(last) > 0 and going:
+                    break
+                await asyncio.sleep(0.05)
+            run.ended_at = time.monotonic() - start
+            stop.set()
+            await asyncio.gather(*producers)
+            # a post sent before the end and answered 503 after it (a WAIT that ran out, seen once in CI):
+            # not steady yet, so the load goes on, producers numbered anew
+            if max(run.failures, default=0.0) <= run.ended_at or now >= run.killed_at + RECOVERY_BOUND_S:
                 break
-            await asyncio.sleep(0.05)
-        run.ended_at = time.monotonic() - start
+            stop.clear()
+            producers = [asyncio.create_task(producer(PRODUCERS * again + n)) for n in range(PRODUCERS)]
     finally:
         stop.set()
         await asyncio.gather(*producers)
