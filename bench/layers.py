@@ -145,7 +145,7 @@ def _replace_imported(f: Callable[..., Any], wrapped: Callable[..., Any]) -> Non
                 setattr(module, attr, wrapped)
 
 
-def overhead_us(timers: Timers, calls: int = 20_000) -> float:
+def overhead_us(calls: int = 20_000) -> float:
     """The timer's own CPU a wrapped call (a function doing nothing, timed and not)."""
 
     def nothing() -> None:
@@ -317,7 +317,7 @@ async def run(
     finally:
         await store.aclose()
         server.close()
-    return modes, {"harness": await harness_us(requests), "overhead": overhead_us(timers)}
+    return modes, {"harness": await harness_us(requests), "overhead": overhead_us()}
 
 
 def table(mode: Mode, fixed: dict[str, float]) -> list[tuple[str, list[float]]]:

@@ -426,10 +426,7 @@ async def _send(conn: Any, command: bytes) -> None:
         async with asyncio.timeout(conn.socket_timeout):
             await writer.drain()
     except (RuntimeError, AttributeError) as exc:
-        if not closed_transport(exc):
-            raise
-        await conn.disconnect(nowait=True)
-        raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
+        raise await _closed_connection(conn, exc) from None
     except (TimeoutError, OSError) as exc:
         if writer is not None and not writer.transport.get_write_buffer_size():
             return  # all of it handed to the kernel (the timer and the drain may end in one turn)
@@ -456,20 +453,19 @@ async def _connected(conn: Any) -> None:
     it had, or to redis-py's default, without asking). A server that closes it during the handshake (a
     primary going down) raises ConnectionError."""
     if not conn.is_connected:
-        async with _closed_as_connection_error(conn):
+        try:
             await conn.connect()
+        except (RuntimeError, AttributeError) as exc:
+            raise await _closed_connection(conn, exc) from None
 
 
-@asynccontextmanager
-async def _closed_as_connection_error(conn: Any) -> AsyncIterator[None]:
-    """A write on `conn` after it was closed, whichever event loop runs, as the ConnectionError it is."""
-    try:
-        yield
-    except (RuntimeError, AttributeError) as exc:
-        if not closed_transport(exc):
-            raise
-        await conn.disconnect(nowait=True)
-        raise RedisConnectionError(f"Connection closed by server ({exc}).") from None
+async def _closed_connection(conn: Any, exc: RuntimeError | AttributeError) -> RedisConnectionError:
+    """`exc`, from a write or connect on `conn`, as the ConnectionError it is when `conn` was closed,
+    whichever event loop runs (closed_transport), `conn` dropped; any other such error is raised as it is."""
+    if not closed_transport(exc):
+        raise exc
+    await conn.disconnect(nowait=True)
+    return RedisConnectionError(f"Connection closed by server ({exc}).")
 
 
 def _closed(conn: Any) -> bool:
