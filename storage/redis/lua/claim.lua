@@ -20,13 +20,14 @@ housekeep(prefix, K, name, now, pol)
 local ce = now + ttl * 1000
 local out = {0, 0, 0, 0}
 local got = 0
+local held, taken = {}, {}  -- the claimed index's score/id pairs and the claim's ids: one call each below
 while got < limit do
   local ids = redis.call('ZRANGE', K.ready, 0, limit - got - 1)
   if #ids == 0 then break end
+  call_all('ZREM', K.ready, ids)
   for _, id in ipairs(ids) do
     local mk = message_key(prefix, id)
     local f = redis.call('HMGET', mk, 'e', 'cc')
-    redis.call('ZREM', K.ready, id)
     if not f[1] then
       unindex(K, id)
     elseif tonumber(f[1]) <= now then
@@ -35,18 +36,18 @@ while got < limit do
       local moved = dead_letter(prefix, K, name, id, 'max_claims', now, pol)
       out[3 - moved] = out[3 - moved] + 1  -- [2] moved, [3] discarded
     else
-      redis.call('HINCRBY', mk, 'cc', 1)
-      redis.call('HSET', mk, 'c', claim_id, 'ce', ce, 'ccl', client)
+      redis.call('HSET', mk, 'cc', (tonumber(f[2]) or 0) + 1, 'c', claim_id, 'ce', ce, 'ccl', client)
       -- Zaqar's grace rule: a claimed message lives at least until the claim ends plus grace
       if tonumber(f[1]) < ce + grace * 1000 then set_expiry(K, mk, id, ce + grace * 1000, now) end
-      redis.call('ZADD', K.claimed, ce, id)
-      redis.call('RPUSH', cmk, id)
+      table.insert(held, ce); table.insert(held, id); table.insert(taken, id)
       table.insert(out, view(mk, name, id, now))
       got = got + 1
     end
   end
 end
 if got > 0 then
+  zadd_all(K.claimed, held)
+  call_all('RPUSH', cmk, taken)
   redis.call('HSET', ck, 'q', name, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
   local keep = (ttl + grace) * 1000 + 300000
   redis.call('PEXPIRE', ck, keep)

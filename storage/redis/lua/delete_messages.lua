@@ -11,18 +11,20 @@ if ARGV[7] ~= '' then
   given = {}
   for cid in string.gmatch(ARGV[7], '[^,]+') do given[cid] = true end
 end
-local out = {0}
+local out, gone, going = {0}, {}, {}
 for i = 8, #ARGV do
   local f = redis.call('HMGET', KEYS[i + 1], 'q', 'e', 'c', 'ce')
   if f[1] == name and tonumber(f[2]) > now then
     local held = f[3] ~= '' and tonumber(f[4]) > now
     if given == nil or (held and given[f[3]]) then
-      remove_message(prefix, K, ARGV[i])
-      out[1] = out[1] + 1
+      if not going[ARGV[i]] then table.insert(gone, ARGV[i]) end  -- an id listed twice is deleted once
+      going[ARGV[i]] = true
     else
       table.insert(out, ARGV[i])
       table.insert(out, held and 'claimed_by_another' or 'not_claimed')
     end
   end
 end
+remove_messages(prefix, K, gone)  -- one call an index for them all
+out[1] = #gone
 return out

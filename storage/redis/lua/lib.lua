@@ -289,6 +289,31 @@ local function remove_message(prefix, K, id)
   redis.call('DEL', message_key(prefix, id))
 end
 
+-- `cmd key item1 item2 ...` over all of `items`, `width` items per member (ZADD: 2), 1,000 members a call:
+-- one call for a batch instead of one a member, and unpack() is bound by Lua's stack. `key` nil: the items
+-- are the keys (DEL).
+local function call_all(cmd, key, items, width)
+  local step = 1000 * (width or 1)
+  for first = 1, #items, step do
+    if key then
+      redis.call(cmd, key, unpack(items, first, math.min(first + step - 1, #items)))
+    else
+      redis.call(cmd, unpack(items, first, math.min(first + step - 1, #items)))
+    end
+  end
+end
+
+local function zadd_all(key, pairs) call_all('ZADD', key, pairs, 2) end
+
+-- remove_message of each of `ids`, one call an index and one DEL for them all.
+local function remove_messages(prefix, K, ids)
+  if #ids == 0 then return end
+  for _, index in ipairs({K.msgs, K.ready, K.delayed, K.claimed, K.expiry}) do call_all('ZREM', index, ids) end
+  local keys = {}
+  for i, id in ipairs(ids) do keys[i] = message_key(prefix, id) end
+  call_all('DEL', nil, keys)
+end
+
 -- The operator's dead-letter defaults (core.metadata.DeadLetterDefaults, passed by every script that reads
 -- a policy: see set_defaults): a max claim count for a queue without _max_claim_count, and the DLQ
 -- prefix..name..suffix for a queue without _dead_letter_queue; a queue whose name fits that pattern is
@@ -400,10 +425,11 @@ end
 
 -- Return a message whose claim ended (at `ended`) to the queue: claimable again after its redelivery
 -- wait (`wait_ms`, or the policy's backoff when nil), or dead-lettered at once when it has used up its
--- claims (eager move, promise 7). Returns 'ready', 'delayed', 'moved' or 'discarded'.
-local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms)
+-- claims (eager move, promise 7). Returns 'ready', 'delayed', 'moved' or 'discarded'. With `batch`, its
+-- claimed and ready index changes wait for unclaimed(K, batch).
+local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms, batch)
   local mk = message_key(prefix, id)
-  redis.call('ZREM', K.claimed, id)
+  if batch then table.insert(batch.unheld, id) else redis.call('ZREM', K.claimed, id) end
   redis.call('HSET', mk, 'c', '', 'ce', 0)
   local f = redis.call('HMGET', mk, 'cc', 'k')
   local cc = tonumber(f[1])
@@ -418,8 +444,21 @@ local function unclaim(prefix, K, name, id, now, pol, ended, wait_ms)
     redis.call('ZADD', K.delayed, av, id)
     return 'delayed'
   end
-  redis.call('ZADD', K.ready, f[2], id)
+  if batch then
+    table.insert(batch.ready, f[2]); table.insert(batch.ready, id)
+  else
+    redis.call('ZADD', K.ready, f[2], id)
+  end
   return 'ready'
+end
+
+-- unclaim() of many messages with one `batch` (unclaim_batch()): their index changes are made here, one
+-- call an index for them all, instead of two calls a message.
+local function unclaim_batch() return {unheld = {}, ready = {}} end
+
+local function unclaimed(K, batch)
+  call_all('ZREM', K.claimed, batch.unheld)
+  zadd_all(K.ready, batch.ready)
 end
 
 -- Whether message `id` (hash `mk`) is held by claim `claim_id`, for release_message and dead_letter_message:

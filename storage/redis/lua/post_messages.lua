@@ -81,13 +81,8 @@ for i, m in ipairs(posted) do
     table.insert(ready, k); table.insert(ready, id)
   end
 end
--- ZADD of score/member pairs, 1,000 pairs a call (unpack() is bound by Lua's stack; a post of small
--- messages may hold thousands).
-local function zadd_all(key, pairs)
-  for first = 1, #pairs, 2000 do
-    redis.call('ZADD', key, unpack(pairs, first, math.min(first + 1999, #pairs)))
-  end
-end
+-- The indexes: one ZADD each, 1,000 pairs a call (lib.lua zadd_all; a post of small messages may hold
+-- thousands).
 notify_post(prefix, K, subs, owed, now)
 zadd_all(K.expiry, expiry)
 schedule(K, earliest)
