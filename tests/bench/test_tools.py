@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import amqp, compare, cpu, layers, rabbitmq, report, request_cost, revisions
+from bench import amqp, compare, cpu, layers, loadgen, rabbitmq, report, request_cost, revisions
 from tests.servers import CharonProcess, RedisServer
 
 pytestmark = pytest.mark.slow
@@ -49,6 +49,7 @@ def test_loadgen_runs_tabulated_by_report(charon: CharonProcess, redis: RedisSer
         "pipeline": ["--messages", "100"],
         "pipeline-bulk": ["--messages", "100"],
         "ping": ["--duration", "1"],
+        "depth": ["--depth-big", "3000", "--depth-claims", "20"],
     }
     results: report.Results = {
         workload: {report.CHARON: compare.generator("bench.loadgen", system, workload, *options)}
@@ -61,16 +62,42 @@ def test_loadgen_runs_tabulated_by_report(charon: CharonProcess, redis: RedisSer
             assert (r["lost"], r["duplicated"]) == (0, 0), r
     assert results["pipeline"][report.CHARON]["msgs_per_s"] > 0
     assert results["pipeline"][report.CHARON]["server_cpu_us_per_msg"] >= 0  # read from /proc: bench.cpu
+    depth = results["depth"][report.CHARON]
+    assert (depth["queued@1000"], depth["queued@3000"]) == (1000, 3000)  # every claim was released
+    assert depth["p50_ratio"] > 0, depth
+    assert depth["store_ratio"] > 0, depth
 
     measured = {label: value for label, value, _, _ in report.targets(results)}
     assert measured.keys() == {
         "GET /v2/ping req/s, Charon / bare FastAPI",
         "pipeline-bulk msgs/s / pipeline msgs/s (Charon)",
+        "depth: claim p50 at the big depth / at 1k, taking turns (Charon)",
     }
     assert all(value is not None and value > 0 for value in measured.values()), measured
     table = report.markdown(results, "smoke")
     for row in ("| pipeline | charon |", "| pipeline-bulk | charon |", "| ping | bare_fastapi |"):
         assert row in table
+    assert "the 1k queue after the big post / alone" in table
+
+
+async def test_a_queue_counted_through_the_listing_as_its_stats_count_it(charon: CharonProcess) -> None:
+    """What the bench counts a queue with when a peer's stats answer 5xx after every retry (Zaqar's, in the
+    dlq run): the listing from `marker=0`, claimed messages included, as many as the stats say; and the
+    report says the run fell back on it."""
+    client = loadgen.Client(charon.url, "bench-count")
+    await loadgen.post_all(client, "counted", 45, "r", 2, timed=False)
+    conn = client.untimed()
+    status, claimed = await loadgen.claim(conn, "counted")
+    assert status == 201
+    assert len(claimed["messages"]) == loadgen.CLAIM_LIMIT
+    assert await loadgen.listed_total(conn, "counted") == await loadgen.stats_total(conn, "counted") == 45
+    assert client.counted_by_listing.total() == 0  # Charon's stats answered
+    conn.close()
+
+    run = {"dlq": {report.ZAQAR: {"stats_counted_by_listing": 3, "lost": 0, "duplicated": 0}}}
+    table = report.markdown(run, "dlq")
+    assert "Stats unanswered" in table
+    assert "dlq zaqar (3)" in table
 
 
 def test_revisions_measure_and_report(charon: CharonProcess) -> None:
