@@ -165,6 +165,8 @@ class EmbeddedRedis:
                 "everysec",
                 "--save",
                 "",
+                "--hz",  # rehash a grown keyspace in seconds, not minutes (docs/storage.md)
+                "100",
                 "--daemonize",
                 "no",
                 "--logfile",

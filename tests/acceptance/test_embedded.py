@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from tests.conftest import CLIENT_ID
 from tests.servers import CharonProcess, redis_servers_on
@@ -25,6 +26,11 @@ def test_embedded_store_serves_and_persists(tmp_path: Path) -> None:
             f"{first.url}/v2/queues/kept/messages", headers=HEADERS, json={"messages": [{"body": "survives"}]}
         )
         assert r.status_code == 201
+        # as docs/storage.md asks of any Redis: AOF, and hz 100 (a grown keyspace rehashed in seconds)
+        store = redis.Redis(unix_socket_path=str(data / "redis.sock"))
+        assert store.config_get("appendonly") == {"appendonly": "yes"}
+        assert store.config_get("hz") == {"hz": "100"}
+        store.close()
     finally:
         first.stop()
     assert (data / "appendonlydir").is_dir() or (data / "appendonly.aof").exists()
