@@ -275,6 +275,9 @@ def _components(schemas: dict[str, Schema], limits: Limits) -> None:
     bounded("MessageIn", "delay", 0, limits.max_message_delay)
     bounded("ClaimIn", "ttl", limits.min_claim_ttl, limits.max_claim_ttl)
     bounded("ClaimIn", "grace", 0, limits.max_claim_grace)
+    bounded("ClaimCreateIn", "ttl", limits.min_claim_ttl, limits.max_claim_ttl)
+    bounded("ClaimCreateIn", "grace", 0, limits.max_claim_grace)
+    bounded("ClaimCreateIn", "limit", 1, limits.max_messages_per_claim)
     for model in ("SubscriptionIn", "SubscriptionPatch"):
         bounded(model, "ttl", limits.min_subscription_ttl, limits.max_subscription_ttl)
         subscriber = schemas[model]["properties"]["subscriber"]

@@ -131,6 +131,14 @@ class ClaimIn(_In):
     grace: Whole | None = Field(None, description="Seconds the claimed messages outlive the claim.")
 
 
+class ClaimCreateIn(ClaimIn):
+    limit: Whole | None = Field(
+        None,
+        description="Most messages to claim, as the query's `limit` (openstacksdk sends it here); when both "
+        "are given the query's wins.",
+    )
+
+
 class RejectIn(_In):
     reason: str | None = Field(None, max_length=256, description="Why the consumer gave up on the message.")
     description: str | None = Field(None, max_length=4096, description="More detail, e.g. the error text.")
@@ -314,6 +322,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     RejectIn,
     RedriveIn,
     ClaimIn,
+    ClaimCreateIn,
     PurgeIn,
     ShareIn,
     PatchOp,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from fastapi import Request, Response
 from pydantic import Field
 
@@ -20,7 +22,7 @@ from api.ids import ClaimIdDep, claim_id
 from api.params import QueryModel
 from api.render import json_response, messages
 from api.routing import Router
-from api.schemas import ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
+from api.schemas import ClaimCreateIn, ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
 from api.state import state_of
 from core.errors import InvalidInput
 from core.limits import (
@@ -35,12 +37,14 @@ from core.limits import (
 
 router = Router(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
+C = TypeVar("C", bound=ClaimIn)
 CLAIM_BODY = json_body(ClaimIn)
+CREATE_CLAIM_BODY = json_body(ClaimCreateIn)
 
 
-async def _claim_body(request: Request, limits: Limits) -> ClaimIn:
+async def _claim_body(request: Request, limits: Limits, model: type[C]) -> C:
     raw = await read_object(request, max_size=limits.max_queue_metadata, what="A claim body")
-    return validate_body(ClaimIn, raw)
+    return validate_body(model, raw)
 
 
 class ClaimQuery(ProvenanceQuery):
@@ -76,15 +80,18 @@ class ReleaseQuery(QueryModel):
     '`curl -X POST -H "Client-ID: $CID" -H "X-Project-ID: $P" -H "Content-Type: application/json" '
     '-d \'{"ttl": 60}\' "$BASE/v2/queues/jobs/claims?limit=10&wait=20"`',
     responses={204: {"description": "Nothing to claim (within `wait`)."}},
-    openapi_extra=CLAIM_BODY,
+    openapi_extra=CREATE_CLAIM_BODY,
 )
 async def create_claim(request: Request, params: ClaimQuery) -> Response:
     call = call_of(request)
     limits = call.limits
-    limit, provenance = params.limit, call.show(params.provenance)
-    size = check_claim_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
+    provenance = call.show(params.provenance)
+    if params.limit is not None:
+        check_claim_limit(params.limit, limits)
     wait = check_range(params.wait, 0, limits.max_claim_wait, "wait") if params.wait is not None else 0
-    body = await _claim_body(request, limits)
+    body = await _claim_body(request, limits, ClaimCreateIn)
+    limit = params.limit if params.limit is not None else body.limit  # the query's wins
+    size = check_claim_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
     grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
     if wait:
@@ -133,7 +140,7 @@ async def get_claim(
 )
 async def renew_claim(call: CallDep, cid: ClaimIdDep, request: Request) -> Response:
     q, store, limits = call.q, call.store, call.limits
-    body = await _claim_body(request, limits)
+    body = await _claim_body(request, limits, ClaimIn)
     ttl, grace = body.ttl, body.grace
     if ttl is None or grace is None:  # keep what the claim has for a field not given
         current = await store.get_claim(q, cid)
