@@ -305,9 +305,11 @@ class SubscriptionIn(_In):
 class SubscriptionPatch(_In):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
-    subscriber: str | None = Field(None, description=SUBSCRIBER_DOC)
-    ttl: Whole | None = Field(None, description="A new ttl, counted from now.")
-    options: dict[str, Any] | None = Field(None, description="The new options (replace the old ones).")
+    subscriber: str | None = Field(None, description=f"{SUBSCRIBER_DOC} Absent or null: unchanged.")
+    ttl: Whole | None = Field(None, description="A new ttl, counted from now. Absent or null: unchanged.")
+    options: dict[str, Any] | None = Field(
+        None, description="The new options (replace the old ones). Absent or null: unchanged."
+    )
 
 
 class ConfirmIn(_In):

@@ -156,11 +156,8 @@ async def update_subscription(
 ) -> Response:
     raw = await read_object(request, max_size=limits.max_subscription_options + 16_384, what="The change")
     body = validate_body(SubscriptionPatch, raw)
-    if not raw:
-        raise InvalidBody("Give at least one of subscriber, ttl and options to change.")
-    for name, value in raw.items():
-        if value is None:
-            raise InvalidBody(f"{name} must not be null: leave it out to keep it as it is.")
+    if all(value is None for value in raw.values()):  # null keeps a field (Zaqar; the CLI sends them)
+        raise InvalidBody("Give at least one of subscriber, ttl and options to change (null keeps a field).")
     if body.subscriber is not None and state_of(request).notifications.require_confirmation:
         # A confirmation (its pre-signed URL) is for the subscription id, not for a subscriber: one that
         # could change its subscriber would carry its confirmation over to an address that never agreed.
