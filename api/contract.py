@@ -116,7 +116,11 @@ def _path_schema(name: str) -> Schema | None:
     if name in ("queue_name", "pool_name", "flavor_name"):
         return {**NAME_SCHEMA, "description": f"A name: {NAME_RULE}."}
     if name in ("message_id", "claim_id", "task_id", "subscription_id"):
-        return {**ID_SCHEMA, "description": "32 lowercase hex digits (any other text is an unknown id: 404)."}
+        return {
+            "type": "string",
+            "description": "An id: 32 lowercase hex digits. Any other text names nothing, as a well-formed "
+            "id that names nothing: 404, or 204 on DELETE.",
+        }
     return None
 
 
@@ -127,7 +131,14 @@ def _query_schema(path: str, method: str, name: str, limits: Limits) -> Schema |
     schemas: dict[str, Schema] = {
         "limit": claim if path.endswith("/claims") else page,
         "pop": claim,
-        "ids": {"type": "array", "items": ID_SCHEMA, "minItems": 1, "maxItems": most_ids},
+        "ids": {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 1,
+            "maxItems": most_ids,
+            "description": "Message ids, by commas or repeated. A listed text that is not an id (32 "
+            "lowercase hex digits) names no message.",
+        },
         "claim_ids": {"type": "array", "items": ID_SCHEMA, "minItems": 1, "maxItems": most_ids},
         "wait": {"type": "integer", "minimum": 0, "maximum": limits.max_claim_wait},
         "claim_id": ID_SCHEMA,

@@ -1,14 +1,15 @@
 """The one id parser. Message, claim, redrive-task and subscription ids are 32 lowercase hex digits
-(core.limits.is_valid_id), and each kind of id has one answer when it is anything else, on every route:
+(core.limits.is_valid_id); any other text is an id of nothing, answered as a well-formed id that names
+nothing is (Zaqar's ids have other forms: its Redis driver's are dashed UUIDs, and its tests send them):
 
-- in the path, an id names the resource the request is about; other text names no such resource: 404 with
-  the kind's error (MessageNotFound, ClaimNotFound, NotFound for a task), whatever the method. openapi.yaml
-  publishes the pattern and says so. Zaqar answers 404 to GET and PATCH of such a claim and GET of such a
-  message; it answers DELETE of one with 204, which a published pattern cannot allow.
-- in a query parameter (`claim_id`, `ids`), an id is input to an operation on another resource: other text
-  is a 400 naming the parameter, as Zaqar answers a `claim_id` that names no claim on DELETE of a message.
+- in the path: 404 with the kind's error (MessageNotFound, ClaimNotFound, NotFound for a task), and 204 for
+  a DELETE (of a message, a claim, a subscription), as Zaqar answers both; the store is not asked;
+- in `ids`: a listed id that is not one names no message: skipped by a bulk delete (204), and a get of
+  nothing but such ids is a 404 (none of the listed messages exists);
+- in `claim_id` and `claim_ids`, input to an operation on another resource: a 400 naming the parameter, as
+  Zaqar answers a `claim_id` that names no claim on DELETE of a message.
 
-A well-formed id that names nothing is the store's to answer (a claim that does not hold the message: 403).
+Text in the path that is not an id is never echoed back: the error says it is not an id.
 """
 
 from __future__ import annotations
@@ -31,8 +32,15 @@ ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN}
 def _in_path(request: Request, name: str, unknown: Callable[[str, str], NotFound]) -> str:
     text: str = request.path_params[name]
     if not is_valid_id(text):
-        raise unknown(text[:40], request.path_params.get("queue_name", ""))
+        raise unknown("(not an id of this service)", request.path_params.get("queue_name", ""))
     return text
+
+
+def in_path_to_delete(request: Request, name: str) -> str | None:
+    """The path's id `name` for a DELETE, None when it is not one: nothing to delete (204, the store not
+    asked), as for an id that names nothing."""
+    text: str = request.path_params[name]
+    return text if is_valid_id(text) else None
 
 
 def message_id(request: Request) -> MessageId:
@@ -119,23 +127,24 @@ SubscriptionIdParam = Annotated[
 
 def _listed(raw: list[str], max_ids: int, name: str, kind: str) -> list[str]:
     """A query parameter listing ids: comma-separated (Zaqar's docs) or repeated (python-zaqarclient sends
-    those); at most `max_ids`, each an id; else 400 naming `name`."""
+    those); at most `max_ids`; else 400 naming `name`."""
     ids = [i for part in raw for i in part.split(",")]
     if len(ids) > max_ids:
         raise InvalidInput(f"{name} may list at most {max_ids} {kind} ids; got {len(ids)}.")
-    for i in ids:
-        if not is_valid_id(i):
-            raise InvalidInput(
-                f"{name} lists {kind} ids (32 lowercase hex digits) by commas; got {i[:40]!r}."
-            )
     return ids
 
 
 def message_ids(raw: list[str], max_ids: int) -> list[MessageId]:
-    """The `ids` query parameter."""
-    return [MessageId(i) for i in _listed(raw, max_ids, "ids", "message")]
+    """The `ids` query parameter: the listed ids that are message ids (any other names no message)."""
+    return [MessageId(i) for i in _listed(raw, max_ids, "ids", "message") if is_valid_id(i)]
 
 
 def claim_ids(raw: list[str], max_ids: int) -> list[ClaimId]:
     """The `claim_ids` query parameter (a bulk delete's claims, Zaqar's `message_delete_with_claim_id`)."""
-    return [ClaimId(i) for i in dict.fromkeys(_listed(raw, max_ids, "claim_ids", "claim"))]
+    ids = _listed(raw, max_ids, "claim_ids", "claim")
+    for i in ids:
+        if not is_valid_id(i):
+            raise InvalidInput(
+                f"claim_ids lists claim ids (32 lowercase hex digits) by commas; got {i[:40]!r}."
+            )
+    return [ClaimId(i) for i in dict.fromkeys(ids)]

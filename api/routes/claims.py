@@ -18,7 +18,7 @@ from api.deps import (
     read_object,
     validate_body,
 )
-from api.ids import ClaimIdDep, claim_id
+from api.ids import ClaimIdDep, claim_id, in_path_to_delete
 from api.params import QueryModel
 from api.render import json_response, messages
 from api.routing import Router
@@ -34,6 +34,7 @@ from core.limits import (
     check_range,
     check_release_delay,
 )
+from core.models import ClaimId
 
 router = Router(tags=["claims"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -176,5 +177,7 @@ async def release_claim(request: Request, params: ReleaseQuery) -> Response:
             )
         await call.store.acknowledge_claim(call.q, claim_id(request))
         return Response(status_code=204)
-    await call.store.release_claim(call.q, claim_id(request), delay=wait)
+    cid = in_path_to_delete(request, "claim_id")
+    if cid is not None:  # else it names no claim: nothing to release
+        await call.store.release_claim(call.q, ClaimId(cid), delay=wait)
     return Response(status_code=204)

@@ -27,7 +27,7 @@ from api.deps import (
     read_object,
     validate_body,
 )
-from api.ids import ClaimIdParam, MessageIdDep, claim_ids, message_id, message_ids
+from api.ids import ClaimIdParam, MessageIdDep, claim_ids, in_path_to_delete, message_ids
 from api.params import QUERY, QueryModel
 from api.render import json_response, message, messages
 from api.routing import Router
@@ -56,7 +56,7 @@ from core.limits import (
     check_release_delay,
     max_delete_ids,
 )
-from core.models import Idempotency, NewMessage, Rejection
+from core.models import Idempotency, MessageId, NewMessage, Rejection
 
 CLAIM_ID_DOC = "The claim that holds the message."
 
@@ -206,7 +206,8 @@ async def list_messages(
     ids, marker, limit, echo = params.ids, params.marker, params.limit, params.echo
     include_claimed, include_delayed = params.include_claimed, params.include_delayed
     if ids is not None:
-        found = await store.get_messages(q, message_ids(ids, limits.max_messages_per_page))
+        listed = message_ids(ids, limits.max_messages_per_page)
+        found = await store.get_messages(q, listed) if listed else []
         if not found:
             raise MessageNotFound("None of the listed messages exists.")
         now = clock.now_ms()
@@ -279,10 +280,11 @@ async def delete_messages(request: Request, params: DeleteManyQuery) -> Response
     assert ids is not None
     listed = message_ids(ids, max_delete_ids(limits))
     if params.claim_ids is None:
-        await store.delete_messages(q, listed)
+        if listed:
+            await store.delete_messages(q, listed)
         return Response(status_code=204)
     claims = claim_ids(params.claim_ids, max_delete_ids(limits))
-    left = await store.delete_messages(q, listed, claim_ids=claims)
+    left = await store.delete_messages(q, listed, claim_ids=claims) if listed else []
     if left:
         one = len(left) == 1
         raise NotAllDeleted(
@@ -318,7 +320,9 @@ async def get_message(
 )
 async def delete_message(request: Request, params: DeleteQuery) -> Response:
     call = call_of(request)
-    await call.store.delete_message(call.q, message_id(request), claim_id=params.claim_id)
+    mid = in_path_to_delete(request, "message_id")
+    if mid is not None:  # else it names no message: nothing to delete
+        await call.store.delete_message(call.q, MessageId(mid), claim_id=params.claim_id)
     return Response(status_code=204)
 
 

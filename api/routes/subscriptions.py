@@ -11,7 +11,7 @@ from fastapi import Request, Response
 from pydantic import Field
 
 from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_object, validate_body
-from api.ids import SubscriptionIdDep, SubscriptionIdParam
+from api.ids import SubscriptionIdDep, SubscriptionIdParam, in_path_to_delete
 from api.params import QUERY, QueryModel
 from api.render import json_response
 from api.routing import Router
@@ -181,8 +181,10 @@ async def update_subscription(
 @router.delete(
     f"{S}/{{subscription_id}}", status_code=204, summary="Unsubscribe (what it is owed is dropped)"
 )
-async def delete_subscription(q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep) -> Response:
-    await store.delete_subscription(q, subscription_id)
+async def delete_subscription(q: QueueDep, store: StoreDep, request: Request) -> Response:
+    sid = in_path_to_delete(request, "subscription_id")
+    if sid is not None:  # else it names no subscription: nothing to delete
+        await store.delete_subscription(q, SubscriptionId(sid))
     return Response(status_code=204)
 
 

@@ -26,3 +26,35 @@ async def test_a_claim_takes_its_limit_from_the_body_as_openstacksdk_sends_it(
         r = await client.post("/v2/queues/sdk/claims", json={"ttl": 60, "limit": bad})
         assert r.status_code == 400, (bad, r.text)
         assert "limit" in r.json()["description"], r.text
+
+
+DASHED = "3381af92-2b9e-11e3-b191-71861300734c"  # an id of Zaqar's Redis driver
+
+
+@pytest.mark.every_store
+async def test_an_id_in_another_form_is_an_id_of_nothing(client: httpx.AsyncClient) -> None:
+    """Zaqar's tests send its own ids (dashed UUIDs), `-1` and other text where an id goes: DELETE answers
+    204 and GET 404, as for a well-formed id that names nothing, and the text is not echoed back."""
+    (kept,) = await post_messages(client, "ids", "kept")
+    r = await client.post("/v2/queues/ids/subscriptions", json={"subscriber": "https://hooks.example.com/h"})
+    assert r.status_code == 201, r.text
+    for other in (DASHED, "-1", "invalid"):
+        for kind in ("messages", "claims", "subscriptions"):
+            assert (await client.delete(f"/v2/queues/ids/{kind}/{other}")).status_code == 204, (kind, other)
+            got = await client.get(f"/v2/queues/ids/{kind}/{other}")
+            assert got.status_code == 404, (kind, other)
+            assert other not in got.json()["description"]
+        r = await client.patch(f"/v2/queues/ids/claims/{other}", json={"ttl": 60})
+        assert r.status_code == 404
+        r = await client.patch(f"/v2/queues/ids/subscriptions/{other}", json={"ttl": 600})
+        assert r.status_code == 404
+
+        listed = {"ids": f"{other},{DASHED}"}
+        assert (await client.get("/v2/queues/ids/messages", params=listed)).status_code == 404
+        assert (await client.delete("/v2/queues/ids/messages", params=listed)).status_code == 204
+        both = {"ids": f"{other},{kept}"}  # the listed message that exists is found, and deleted
+        r = await client.get("/v2/queues/ids/messages", params=both)
+        assert [m["id"] for m in r.json()["messages"]] == [kept]
+    assert (await client.delete("/v2/queues/ids/messages", params={"ids": f"-1,{kept}"})).status_code == 204
+    assert (await client.get(f"/v2/queues/ids/messages/{kept}")).status_code == 404
+    assert (await client.delete("/v2/queues/ids/messages", params={"ids": ","})).status_code == 204
