@@ -83,13 +83,15 @@ class ListQuery(QueryModel):
     S,
     status_code=201,
     response_model=SubscriptionCreated,
-    summary="Subscribe to the queue (Zaqar's): 201 with its id; 409 when this subscriber has one already",
+    summary="Subscribe to the queue (Zaqar's): 201 with its id, or the id this subscriber has already",
     description="Each message posted to the queue, and each dead letter moved into it (with its "
     "`dead_letter` provenance), is delivered to the subscriber at least once, from a durable outbox, "
     "retried by the queue's (or the subscription's) `_retry_policy`. Creates the queue when absent. When "
     "the operator requires confirmation (CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION), a new subscription "
     "is first sent a confirmation request with a pre-signed URL for `PUT .../confirm`, and told nothing "
-    "else until confirmed; posting it again while unconfirmed sends the request again (201).",
+    "else until confirmed; posting it again while unconfirmed sends the request again (201), and once "
+    "confirmed is a 409. A subscriber the queue has already is answered with its subscription's id "
+    "(201), which is left as it was: its ttl and options are not changed (PATCH does that).",
     openapi_extra=json_body(SubscriptionIn, required=True),
     responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
@@ -109,7 +111,9 @@ async def create_subscription(q: QueueDep, store: StoreDep, limits: LimitsDep, r
         confirmed=not confirmation,
         max_per_queue=limits.max_subscriptions_per_queue,
     )
-    if not created and subscription.confirmed:
+    # The subscriber again: its subscription's id (Zaqar's 201), unless a confirmation was required and
+    # given, which a repeated request must not undo or send again (Zaqar's 409). Nothing in it changes.
+    if not created and confirmation and subscription.confirmed:
         raise SubscriptionExists(
             f"Queue {q.name} has a subscription for this subscriber already ({subscription.id}); "
             "subscriptions are unique by project, queue and subscriber."

@@ -195,11 +195,16 @@ async def test_with_confirmation_required_only_the_signed_confirm_turns_notifica
     app = create_app(settings, store=store, clock=clock)
     try:
         async with api_client(app) as client:
-            sid = await subscribe(client, webhook_receiver.url_for("/confirm-me"))
+            hook = webhook_receiver.url_for("/confirm-me")
+            sid = await subscribe(client, hook)
             assert (await client.get(f"{Q}/subscriptions/{sid}")).json()["confirmed"] is False
+            again = await client.post(
+                f"{Q}/subscriptions", json={"subscriber": hook}
+            )  # Zaqar: 201, asked again
+            assert (again.status_code, again.json()) == (201, {"subscription_id": sid})
             await client.post(f"{Q}/messages", json={"messages": [{"body": "before"}]})
-            assert await notify(app) == 1  # only the confirmation request
-            [request] = await webhook_receiver.arrived(1)
+            assert await notify(app) == 2  # only the confirmation request, twice
+            [_, request] = await webhook_receiver.arrived(2)
             doc = request.json()
             assert doc["Message_Type"] == "SubscriptionConfirmation"
             signed = {k: doc[k] for k in ("URL-Signature", "URL-Methods", "URL-Paths", "URL-Expires")}
@@ -213,8 +218,10 @@ async def test_with_confirmation_required_only_the_signed_confirm_turns_notifica
                 assert r.status_code == 403  # the URL allows the confirm, nothing else
             await client.post(f"{Q}/messages", json={"messages": [{"body": "after"}]})
             assert await notify(app) == 1
-            [_, note] = await webhook_receiver.arrived(2)
+            [_, _, note] = await webhook_receiver.arrived(3)
             assert note.json()["body"] == "after"
+            confirmed_again = await client.post(f"{Q}/subscriptions", json={"subscriber": hook})
+            assert confirmed_again.status_code == 409, confirmed_again.text  # Zaqar: confirmed, so a conflict
     finally:
         await state_of(app).deliverer.aclose()
         await state_of(app).long_polls.aclose()

@@ -67,14 +67,18 @@ async def test_a_subscription_is_created_read_listed_changed_and_deleted(
     assert (await client.delete(f"{Q}/subscriptions/{sid}")).status_code == 204  # again: no error
 
 
-async def test_the_same_subscriber_twice_is_409_and_another_queue_is_not_the_same(
+async def test_the_same_subscriber_twice_is_its_subscription_and_another_queue_is_not_the_same(
     client: httpx.AsyncClient,
 ) -> None:
-    await subscribe(client, {"subscriber": HOOK})
-    r = await client.post(f"{Q}/subscriptions", json={"subscriber": HOOK})
-    assert r.status_code == 409
-    assert "unique" in r.json()["description"]
-    await subscribe(client, {"subscriber": HOOK}, "/v2/queues/other")
+    """Zaqar answers a repeated subscriber with 201 and the existing subscription's id (its tempest test
+    test_create_subscriptions_with_duplicate_subscriber); nothing of the subscription changes."""
+    sid = await subscribe(client, {"subscriber": HOOK, "ttl": 600})
+    r = await client.post(f"{Q}/subscriptions", json={"subscriber": HOOK, "ttl": 7200})
+    assert r.status_code == 201, r.text
+    assert r.json() == {"subscription_id": sid}
+    assert (await client.get(f"{Q}/subscriptions/{sid}")).json()["ttl"] == 600
+    assert len((await client.get(f"{Q}/subscriptions")).json()["subscriptions"]) == 1
+    assert await subscribe(client, {"subscriber": HOOK}, "/v2/queues/other") != sid
 
 
 async def test_a_subscription_ends_with_its_ttl(client: httpx.AsyncClient, clock: ManualClock) -> None:
