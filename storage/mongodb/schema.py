@@ -23,7 +23,8 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
   counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_rsn {max_claims, expired,
             rejected} (n_dl by reason), n_disc, n_rcv (received), n_rdr (redriven out of it, as a DLQ).
             Written by posts and moves, never in a transaction (counters.py says why).
-  claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends)
+  claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends);
+            deleted with their queue (a claim does not outlive its queue, as in Zaqar)
   projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
   leases    _id (lease name), owner, until (ms)
   tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
@@ -89,6 +90,7 @@ QUEUE_INDEX = "queue"  # (p, n) unique on queues
 GC_INDEX = "gc"  # (gc) TTL index, on each collection whose documents end
 RUNNABLE_INDEX = "runnable"  # (status, lease) on tasks
 TASKS_INDEX = "by_queue"  # (p, q, cr) on tasks
+CLAIMS_INDEX = "by_queue"  # (p, q) on claims: a queue's, deleted with it
 SUBSCRIPTIONS_INDEX = "by_queue"  # (p, q, _id, e) on subscriptions: listing, counting, those a post owes
 SUBSCRIBER_INDEX = "subscriber"  # (p, q, u) unique on subscriptions
 DUE_INDEX = "due"  # (due) on deliveries: leasing, the outbox's lag
@@ -382,6 +384,8 @@ class Collections:
             [(QUEUE.PROJECT, ASCENDING), (QUEUE.NAME, ASCENDING)], name=QUEUE_INDEX, unique=True
         )
         await self.claims.create_index([(CLAIM.GC, ASCENDING)], name=GC_INDEX, expireAfterSeconds=0)
+        by_queue = [(CLAIM.PROJECT, ASCENDING), (CLAIM.QUEUE, ASCENDING)]
+        await self.claims.create_index(by_queue, name=CLAIMS_INDEX)
         t = TASK
         await self.tasks.create_index([(t.STATUS, ASCENDING), (t.LEASE, ASCENDING)], name=RUNNABLE_INDEX)
         await self.tasks.create_index(

@@ -82,6 +82,7 @@ from storage.mongodb.redrive import TASK_KEEP_MS, redrive_batch, task_of
 from storage.mongodb.schema import (
     CLAIM,
     CLAIMABLE_INDEX,
+    CLAIMS_INDEX,
     COUNTER,
     IDEMPOTENCY,
     LEASE,
@@ -329,6 +330,8 @@ class MongoStore:
     @_op
     async def delete_queue(self, q: QueueRef) -> None:
         await self._drop_messages(q)
+        this = {CLAIM.PROJECT: q.project, CLAIM.QUEUE: q.name}
+        await self._c.claims.delete_many(this, hint=CLAIMS_INDEX)  # no claim outlives its queue (Zaqar)
         await subscriptions.delete_queue_document(self._c, q)
         await self._c.counters.delete_one(counter_key(q))
 

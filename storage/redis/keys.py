@@ -120,6 +120,8 @@ class ClaimField(StrEnum):
     GRACE = "grace"
     CREATED = "cr"
     EXPIRES = "e"
+    QUEUE_CREATED = "qc"  # the queue's `created` when the claim was made: a queue made again under the
+    # name since (the old one deleted) has none of the old queue's claims (lib.lua live_claim)
 
 
 class TaskField(StrEnum):

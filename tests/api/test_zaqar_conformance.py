@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from core.clock import ManualClock
 from tests.api.test_flows import post_messages
 
 
@@ -58,3 +59,30 @@ async def test_an_id_in_another_form_is_an_id_of_nothing(client: httpx.AsyncClie
     assert (await client.delete("/v2/queues/ids/messages", params={"ids": f"-1,{kept}"})).status_code == 204
     assert (await client.get(f"/v2/queues/ids/messages/{kept}")).status_code == 404
     assert (await client.delete("/v2/queues/ids/messages", params={"ids": ","})).status_code == 204
+
+
+@pytest.mark.every_store
+async def test_a_claim_does_not_outlive_its_queue(client: httpx.AsyncClient, clock: ManualClock) -> None:
+    """After DELETE of the queue, its claim is gone: GET and PATCH 404, DELETE 204 (Zaqar's tempest
+    test_update_claim_on_non_existing_queue); and a queue made again under the name has none of them."""
+    await post_messages(client, "gone", 1, 2)
+    r = await client.post("/v2/queues/gone/claims", json={"ttl": 60})
+    assert r.status_code == 201, r.text
+    claim = r.headers["location"]
+    assert (await client.get(claim)).status_code == 200
+    assert (await client.delete("/v2/queues/gone")).status_code == 204
+    assert (await client.get(claim)).status_code == 404
+    assert (await client.patch(claim, json={"ttl": 120})).status_code == 404
+    assert (await client.delete(claim)).status_code == 204
+    assert (await client.delete(claim, params={"acknowledge": "true"})).status_code == 404
+
+    r = await client.post("/v2/queues/again/claims", json={"ttl": 60})
+    assert r.status_code == 204  # nothing there: no claim
+    await post_messages(client, "again", 1)
+    r = await client.post("/v2/queues/again/claims", json={"ttl": 60})
+    old = r.headers["location"]
+    assert (await client.delete("/v2/queues/again")).status_code == 204
+    clock.advance(0.001)  # Redis tells queues of one name apart by the ms each was made (lib.lua live_claim)
+    await post_messages(client, "again", 2)  # the queue made again under its name
+    assert (await client.get(old)).status_code == 404
+    assert (await client.patch(old, json={"ttl": 120})).status_code == 404

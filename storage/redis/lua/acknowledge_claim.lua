@@ -6,10 +6,7 @@
 local prefix, name, now, K = queue_script()
 local claim_id = ARGV[7]
 local ck, cmk = KEYS[9], KEYS[10]
-local c = redis.call('HMGET', ck, 'q', 'e')
-if c[1] ~= name or tonumber(c[2]) <= now then
-  return redis.error_reply('CHARON_NO_CLAIM Claim ' .. claim_id .. ' does not exist or has expired.')
-end
+if not live_claim(K, ck, name, now) then return no_claim(claim_id) end
 local n = 0
 for _, id in ipairs(redis.call('LRANGE', cmk, 0, -1)) do
   local f = redis.call('HMGET', message_key(prefix, id), 'c', 'q', 'e', 'ce')

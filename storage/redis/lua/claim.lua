@@ -48,7 +48,8 @@ end
 if got > 0 then
   zadd_all(K.claimed, held)
   call_all('RPUSH', cmk, taken)
-  redis.call('HSET', ck, 'q', name, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
+  local qc = redis.call('HGET', K.queue, 'created') or ''
+  redis.call('HSET', ck, 'q', name, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce, 'qc', qc)
   local keep = (ttl + grace) * 1000 + 300000
   redis.call('PEXPIRE', ck, keep)
   redis.call('PEXPIRE', cmk, keep)

@@ -461,6 +461,22 @@ local function unclaimed(K, batch)
   zadd_all(K.ready, batch.ready)
 end
 
+-- Whether claim hash `ck` is a live claim of queue `name`: made on this queue (not on one deleted since, of
+-- the same name: its `qc`, the queue's `created` then, must be the queue's now) and not expired. A claim
+-- written before `qc` was kept has none, and is this queue's while the queue exists. (A queue deleted and
+-- made again within one millisecond would pass for the old one: its old claims would read as holding
+-- nothing, which they do.)
+local function live_claim(K, ck, name, now)
+  local c = redis.call('HMGET', ck, 'q', 'e', 'qc')
+  if c[1] ~= name or tonumber(c[2]) <= now then return false end
+  local created = redis.call('HGET', K.queue, 'created')
+  return created and (not c[3] or c[3] == '' or c[3] == created)
+end
+
+local function no_claim(claim_id)
+  return redis.error_reply('CHARON_NO_CLAIM Claim ' .. claim_id .. ' does not exist or has expired.')
+end
+
 -- Whether message `id` (hash `mk`) is held by claim `claim_id`, for release_message and dead_letter_message:
 -- errors CHARON_NO_MESSAGE (no such live message in the queue) or CHARON_CLAIM_MISMATCH (the claim does not
 -- hold it now).

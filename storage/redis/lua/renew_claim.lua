@@ -5,10 +5,7 @@
 local prefix, name, now, K = queue_script()
 local claim_id, ttl, grace = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 local ck, cmk = KEYS[9], KEYS[10]
-local c = redis.call('HMGET', ck, 'q', 'e')
-if c[1] ~= name or tonumber(c[2]) <= now then
-  return redis.error_reply('CHARON_NO_CLAIM Claim ' .. claim_id .. ' does not exist or has expired.')
-end
+if not live_claim(K, ck, name, now) then return no_claim(claim_id) end
 local ce = now + ttl * 1000
 redis.call('HSET', ck, 'ttl', ttl, 'grace', grace, 'cr', now, 'e', ce)
 local keep = (ttl + grace) * 1000 + 300000
