@@ -23,6 +23,7 @@ import re
 import time
 from random import getrandbits
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from starlette.requests import Request
@@ -89,6 +90,21 @@ def route_of(scope: Scope) -> str | None:
     return None
 
 
+IGNORED_KEY = "charon.ignored"  # the query parameters a request gave that its route ignored (api/params.py)
+IGNORED_HEADER = b"charon-ignored-parameters"
+MOST_IGNORED_SHOWN = 10  # names in the header, each at most 40 characters, percent-encoded
+
+
+def ignored_header(scope: Any) -> tuple[bytes, bytes]:
+    """The `Charon-Ignored-Parameters` header naming the query parameters the request's route ignored (each
+    percent-encoded and cut to 40 characters, at most MOST_IGNORED_SHOWN, then how many more)."""
+    names: list[str] = scope[IGNORED_KEY]
+    shown = [quote(name[:40], safe="") or '""' for name in names[:MOST_IGNORED_SHOWN]]
+    if len(names) > MOST_IGNORED_SHOWN:
+        shown.append(f"and {len(names) - MOST_IGNORED_SHOWN} more")
+    return IGNORED_HEADER, ", ".join(shown).encode("ascii")
+
+
 class RequestLog:
     """The request id in, on the scope and out; `log`: where each request's access line goes (None: off);
     `metrics`: what counts each request for GET /metrics (None: not counted)."""
@@ -114,6 +130,8 @@ class RequestLog:
                 status = message["status"]
                 # the message is the sender's own, made for this send; its list may be a Response's
                 message["headers"] = [*message.get("headers", ()), pair]
+                if IGNORED_KEY in scope:  # the query parameters the route ignored, named
+                    message["headers"].append(ignored_header(scope))
             elif message["type"] == "http.response.body":
                 size += len(message.get("body", b""))
             await send(message)

@@ -336,11 +336,24 @@ def _links(paths: dict[str, Schema]) -> None:
 OPERATION_KEYS = ("tags", "summary", "description", "operationId", "parameters", "requestBody", "responses")
 
 
+IGNORED = "Charon-Ignored-Parameters"
+IGNORED_PARAMETERS_HEADER: Schema = {
+    "required": False,
+    "schema": {"type": "string"},
+    "description": "The query parameters the operation does not take, which it ignored (as Zaqar), each "
+    "percent-encoded and cut to 40 characters, at most 10 and then `and N more`. With "
+    "CHARON_STRICT_PARAMETERS=true such a parameter is a 400 instead.",
+}
+
+
 def _request_id(operation: Schema) -> None:
-    """Every operation takes X-OpenStack-Request-Id, and every answer carries it (api/access.py)."""
+    """Every operation takes X-OpenStack-Request-Id, and every answer carries it (api/access.py), and names
+    the query parameters it ignored when there were any."""
     operation.setdefault("parameters", []).append({"$ref": "#/components/parameters/RequestId"})
     for response in operation["responses"].values():
-        response.setdefault("headers", {})[REQUEST_ID] = {"$ref": "#/components/headers/RequestId"}
+        headers = response.setdefault("headers", {})
+        headers[REQUEST_ID] = {"$ref": "#/components/headers/RequestId"}
+        headers[IGNORED] = {"$ref": "#/components/headers/IgnoredParameters"}
 
 
 def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
@@ -361,4 +374,7 @@ def refine(schema: Schema, limits: Limits, auth: str = "noauth") -> None:
     kept = SECURITY_SCHEMES if auth == "keystone" else {"signedUrl": SECURITY_SCHEMES["signedUrl"]}
     schema["components"]["securitySchemes"] = kept
     schema["components"]["parameters"] = {"RequestId": REQUEST_ID_PARAMETER}
-    schema["components"]["headers"] = {"RequestId": REQUEST_ID_HEADER}
+    schema["components"]["headers"] = {
+        "RequestId": REQUEST_ID_HEADER,
+        "IgnoredParameters": IGNORED_PARAMETERS_HEADER,
+    }

@@ -4,10 +4,13 @@ runs (api/routing.py), FastAPI routes and plain Starlette routes alike; an endpo
 as a parameter annotated with the model: `Annotated[Model, QUERY]` on a FastAPI route, whose parameters'
 order is then the order of the checks (as FastAPI's own), and `Model` on a plain one (checked first).
 
-No query parameter is silently ignored: a route takes exactly its model's fields, each once unless the field
-is a list (`ids=a&ids=b`); anything else answers 400 naming it and what the route takes. The one open model
-is the queue listing's, whose other parameters are metadata filters (`open_query = True`). A value the
-model refuses answers 400 naming the field and the rule (api.errors.describe_errors).
+No query parameter is silently ignored. A route takes its model's fields, each once unless the field is a
+list (`ids=a&ids=b`); a parameter given twice answers 400. One the route does not take is ignored, as Zaqar
+ignores it (its tests send `?Invalid=...` and expect the answer), and the answer names it in its
+`Charon-Ignored-Parameters` header (api/access.py ignored_header); with CHARON_STRICT_PARAMETERS
+it answers 400 naming it and what the route takes. The one open model is the queue listing's, whose other
+parameters are metadata filters (`open_query = True`). A value the model refuses answers 400 naming the
+field and the rule (api.errors.describe_errors).
 
 A field's JSON schema is its OpenAPI entry; api/contract.py then gives the bounds that follow the settings.
 """
@@ -23,7 +26,9 @@ from urllib.parse import parse_qsl
 from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from api.access import IGNORED_KEY
 from api.errors import describe_errors
+from api.state import state_of
 from core.errors import InvalidInput
 
 Entry = dict[str, Any]
@@ -64,8 +69,9 @@ class QueryModel(BaseModel):
     @classmethod
     def collect(cls, request: Request, template: str) -> Any:
         """The request's query parameters by name (lists for list fields), or the parsed default when there
-        are none; 400 for a parameter the route does not take, or one given twice but for a list field.
-        `template`: the route's path, for the error."""
+        are none; 400 for one given twice but for a list field. One the route does not take is left in the
+        scope's IGNORED_KEY (a 400 with CHARON_STRICT_PARAMETERS). `template`: the route's path, for the
+        error."""
         if not request.scope["query_string"] and cls._default is not None:
             return cls._default
         fields = cls._names
@@ -76,16 +82,19 @@ class QueryModel(BaseModel):
             if name in cls._repeatable:
                 values.setdefault(name, []).append(value)
                 continue
+            if name not in fields and not cls.open_query:
+                if state_of(request).strict_parameters:
+                    takes = f"takes {', '.join(fields)}" if fields else "takes no query parameters"
+                    raise InvalidInput(
+                        f"Unknown query parameter {name[:40]!r}: {request.method} {template[:200]} {takes}."
+                    )
+                request.scope.setdefault(IGNORED_KEY, []).append(name)
+                continue
             if name in seen:  # an open route's own metadata filters too (one value each)
                 raise InvalidInput(f"Query parameter {name[:40]!r} is given more than once; give it once.")
             seen.add(name)
             if name in fields:
                 values[name] = value
-            elif not cls.open_query:
-                takes = f"takes {', '.join(fields)}" if fields else "takes no query parameters"
-                raise InvalidInput(
-                    f"Unknown query parameter {name[:40]!r}: {request.method} {template[:200]} {takes}."
-                )
         return values
 
     @classmethod

@@ -209,6 +209,12 @@ class Settings(BaseSettings):
         "DLQs (it refuses unknown fields); a request asks for them with `provenance=true` (curl, consoles). "
         "Turn on for deployments whose clients all want them.",
     )
+    strict_parameters: bool = Field(
+        False,
+        description="Refuse (400) a query parameter the route does not take. Off, as Zaqar: such a parameter "
+        "is ignored, and the answer names it in its `Charon-Ignored-Parameters` header, so that a typo "
+        "(`?limt=5`) shows in `curl -i`.",
+    )
     pooling: bool = Field(
         False,
         description="Spread queues over pools (storage backends registered with PUT /v2/pools/{name}). The "

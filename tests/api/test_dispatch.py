@@ -61,8 +61,10 @@ def test_each_request_is_served_by_the_route_declared_for_it() -> None:
             assert first is route, (method, route.path)
 
 
-def _app_raising() -> FastAPI:
-    app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0))
+def _app_raising(strict_parameters: bool = False) -> FastAPI:
+    app = create_app(
+        Settings(storage_uri="redis://unused", sweep_interval=0, strict_parameters=strict_parameters)
+    )
     router = Router()
     raised = {e.__name__: e for e in _domain_errors()} | {"RuntimeError": RuntimeError}
 
@@ -106,8 +108,12 @@ async def test_a_bug_answers_json_500_through_both_kinds_of_route(kind: str) -> 
 
 
 @pytest.mark.parametrize("kind", ["fastapi", "plain"])
-async def test_both_kinds_of_route_refuse_query_parameters_they_do_not_take(kind: str) -> None:
+async def test_both_kinds_of_route_name_query_parameters_they_do_not_take(kind: str) -> None:
     async with api_client(_app_raising()) as client:
+        r = await client.get(f"/v2/test/{kind}/NotFound?x=1")
+    assert r.status_code == 404  # what the route answers: the parameter is ignored, and named
+    assert r.headers["charon-ignored-parameters"] == "x"
+    async with api_client(_app_raising(strict_parameters=True)) as client:
         r = await client.get(f"/v2/test/{kind}/NotFound?x=1")
     assert r.status_code == 400
     assert "Unknown query parameter 'x'" in r.json()["description"]

@@ -14,7 +14,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.conftest import PROJECT
+from app.main import create_app
+from app.settings import Settings
+from core.clock import ManualClock
+from storage.base import Store
+from tests.conftest import PROJECT, api_client
 
 JSON_PATCH = "application/openstack-messaging-v2.0-json-patch"
 DEPTH = 64  # core.limits.Limits.max_json_depth's default
@@ -412,24 +416,48 @@ async def test_head_answers_like_get_without_a_body(client: httpx.AsyncClient) -
     assert (refused.status_code, refused.headers["allow"], refused.content) == (405, "POST", b"")
 
 
-# -- parameters never ignored --------------------------------------------------------------------------------
+# -- parameters never silently ignored -----------------------------------------------------------------------
+
+UNKNOWN_PARAMETERS = [
+    ("GET", "/v2/queues/q/messages?limt=5", "limt"),
+    ("POST", "/v2/queues/q/claims?limit=5&ttl=60", "ttl"),
+    ("DELETE", "/v2/queues/q/messages?ids=" + "a" * 32 + "&claim_id=" + "b" * 32, "claim_id"),
+    ("GET", "/v2/queues/q/stats?detailed=true", "detailed"),
+    ("DELETE", "/v2/queues/q/claims/" + "a" * 32 + "?dealy=5", "dealy"),
+    ("GET", "/v2/ping?x=1", "x"),
+]
 
 
-@pytest.mark.parametrize(
-    ("method", "url", "name"),
-    [
-        ("GET", "/v2/queues/q/messages?limt=5", "limt"),
-        ("POST", "/v2/queues/q/claims?limit=5&ttl=60", "ttl"),
-        ("DELETE", "/v2/queues/q/messages?ids=" + "a" * 32 + "&claim_id=" + "b" * 32, "claim_id"),
-        ("GET", "/v2/queues/q/stats?detailed=true", "detailed"),
-        ("DELETE", "/v2/queues/q/claims/" + "a" * 32 + "?dealy=5", "dealy"),
-        ("GET", "/v2/ping?x=1", "x"),
-    ],
-)
-async def test_unknown_query_parameters_are_refused(
+@pytest.mark.parametrize(("method", "url", "name"), UNKNOWN_PARAMETERS)
+async def test_an_unknown_query_parameter_is_ignored_as_zaqar_does_and_named(
     client: httpx.AsyncClient, method: str, url: str, name: str
 ) -> None:
-    error(await client.request(method, url), 400, repr(name))
+    r = await client.request(method, url, json={"ttl": 60} if method == "POST" else None)
+    assert r.status_code < 400, r.text
+    assert r.headers["charon-ignored-parameters"] == name
+
+
+@pytest.mark.parametrize(("method", "url", "name"), UNKNOWN_PARAMETERS)
+async def test_strict_parameters_refuse_an_unknown_query_parameter(
+    store: Store, clock: ManualClock, method: str, url: str, name: str
+) -> None:
+    app = create_app(Settings(storage_uri="redis://unused", strict_parameters=True), store=store, clock=clock)
+    async with api_client(app) as strict:
+        r = await strict.request(method, url, json={"ttl": 60} if method == "POST" else None)
+    error(r, 400, repr(name))
+    assert "charon-ignored-parameters" not in r.headers
+
+
+async def test_the_ignored_parameters_header_is_bounded_and_safe(client: httpx.AsyncClient) -> None:
+    """Names come from the request: percent-encoded (no header injection), each cut to 40 characters, at
+    most 10 shown."""
+    many = "&".join(f"p{i}=1" for i in range(12))
+    r = await client.get(f"/v2/ping?{'x' * 100}=1&a%0D%0AInjected:%20yes=1&%C3%A9=1&{many}")
+    assert r.status_code == 204
+    named = r.headers["charon-ignored-parameters"]
+    assert named.startswith(f"{'x' * 40}, a%0D%0AInjected%3A%20yes, %C3%A9, p0, ")
+    assert named.endswith("p6, and 5 more")
+    assert "injected" not in r.headers
 
 
 @pytest.mark.parametrize(

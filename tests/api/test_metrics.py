@@ -295,4 +295,5 @@ async def test_openmetrics_when_asked(redis_store: Store, clock: ManualClock) ->
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("application/openmetrics-text")
         assert r.text.endswith("# EOF\n")
-        assert (await c.get("/metrics?x=1", headers=ADMIN)).status_code == 400  # takes no parameter
+        ignored = await c.get("/metrics?x=1", headers=ADMIN)  # takes no parameter: ignored, and named
+        assert (ignored.status_code, ignored.headers["charon-ignored-parameters"]) == (200, "x")
