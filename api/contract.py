@@ -147,7 +147,12 @@ def _query_schema(path: str, method: str, name: str, limits: Limits) -> Schema |
     }
     if name == "marker":
         if path.endswith("/messages"):
-            return {"type": "integer", "minimum": 0, "maximum": MAX_MARKER}
+            return {
+                "anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_MARKER}, dict(ID_SCHEMA)],
+                "description": "Where the previous page ended: its next link's marker, or the id of its last "
+                "message (openstacksdk sends that): the listing goes on after that message, and ends (an "
+                "empty page) when no live message of the queue has that id.",
+            }
         if path.endswith("/subscriptions"):
             return dict(ID_SCHEMA)
         return dict(NAME_SCHEMA)

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from core.errors import InvalidInput, InvalidQueueName
+from core.models import MessageId
 
 # Names of queues (DLQs, redrive destinations), pools and flavors: 1 to 64 of these characters, matched in
 # full (re.match with "$" would take a trailing newline), except "." and "..", which a URL path cannot hold
@@ -172,12 +173,16 @@ MAX_MARKER = 2**53  # markers are per-queue counters; every driver (and Lua's do
 _MARKER_RE = re.compile(r"[0-9]{1,16}")
 
 
-def check_marker(marker: str) -> int:
-    """A message listing's `marker`: the ASCII digits of a previous page's next link."""
+def check_marker(marker: str) -> int | MessageId:
+    """A message listing's `marker`: the ASCII digits of a previous page's next link, or a message's id
+    (openstacksdk pages with the last message's id): the listing goes on after that message. (A counter has
+    at most 16 digits, an id 32 characters: neither is taken for the other.)"""
+    if is_valid_id(marker):
+        return MessageId(marker)
     if _MARKER_RE.fullmatch(marker) is None or int(marker) > MAX_MARKER:
         raise InvalidInput(
-            f"marker must be the marker of a previous page's next link (digits, at most {MAX_MARKER}); "
-            f"got {marker[:40]!r}."
+            f"marker must be the marker of a previous page's next link (digits, at most {MAX_MARKER}) or a "
+            f"message id (32 lowercase hex digits); got {marker[:40]!r}."
         )
     return int(marker)
 

@@ -138,14 +138,16 @@ class MessageStore(Protocol):
         self,
         q: QueueRef,
         *,
-        marker: int | None,
+        marker: int | MessageId | None,
         limit: int,
         echo: bool,
         client_id: str,
         include_claimed: bool,
         include_delayed: bool,
     ) -> Page[Message]:
-        """Live messages after `marker` in posting order. `echo=False` hides `client_id`'s own messages."""
+        """Live messages after `marker` in posting order. `echo=False` hides `client_id`'s own messages.
+        `marker`: a page's `next_marker`, or a message id: after that message (an empty page, the end,
+        when no live message of the queue has that id)."""
 
     async def get_messages(self, q: QueueRef, ids: Sequence[MessageId]) -> list[Message]:
         """The live messages of `q` among `ids` (unknown ids are left out)."""

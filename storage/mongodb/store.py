@@ -466,7 +466,7 @@ class MongoStore:
         self,
         q: QueueRef,
         *,
-        marker: int | None,
+        marker: int | MessageId | None,
         limit: int,
         echo: bool,
         client_id: str,
@@ -474,6 +474,12 @@ class MongoStore:
         include_delayed: bool,
     ) -> Page[Message]:
         now = self._now()
+        if isinstance(marker, str):  # after a message: its marker, and no page when it is not here
+            this = {M.ID: marker, M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
+            found = await self._c.messages.find_one(this, {M.MARKER: 1})
+            if found is None:
+                return Page(items=[], next_marker=None)
+            marker = int(found[M.MARKER])
         docs = await listing(
             self._c,
             q,

@@ -296,7 +296,7 @@ class PooledStore:
         self,
         q: QueueRef,
         *,
-        marker: int | None,
+        marker: int | MessageId | None,
         limit: int,
         echo: bool,
         client_id: str,

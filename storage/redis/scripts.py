@@ -274,14 +274,16 @@ class Scripts:
         t: Target,
         *,
         now: int,
-        marker: int,
+        marker: int | str,
         limit: int,
         echo: bool,
         client_id: str,
         include_claimed: bool,
         include_delayed: bool,
     ) -> ListReply:
-        args = [marker, limit, int(echo), client_id, int(include_claimed), int(include_delayed)]
+        """`marker`: a counter, or a message id (after that message)."""
+        after = f"@{marker}" if isinstance(marker, str) else marker  # list_messages.lua: '@' and an id
+        args = [after, limit, int(echo), client_id, int(include_claimed), int(include_delayed)]
         last, more, *views = await self._queue("list_messages", t, now, args)
         return ListReply(int(last), bool(more), _messages(views))
 

@@ -313,7 +313,7 @@ class RedisStore:
         self,
         q: QueueRef,
         *,
-        marker: int | None,
+        marker: int | MessageId | None,
         limit: int,
         echo: bool,
         client_id: str,

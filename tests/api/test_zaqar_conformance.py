@@ -86,3 +86,31 @@ async def test_a_claim_does_not_outlive_its_queue(client: httpx.AsyncClient, clo
     await post_messages(client, "again", 2)  # the queue made again under its name
     assert (await client.get(old)).status_code == 404
     assert (await client.patch(old, json={"ttl": 120})).status_code == 404
+
+
+@pytest.mark.every_store
+async def test_a_listing_goes_on_after_a_message_id_as_openstacksdk_pages(client: httpx.AsyncClient) -> None:
+    """openstacksdk asks for the next page with `marker=<the last message's id>`, not the next link's."""
+    ids = await post_messages(client, "paged", *range(7))
+    params = {"echo": "true", "limit": 3}
+    seen: list[str] = []
+    marker = None
+    while True:
+        page = await client.get(
+            "/v2/queues/paged/messages", params={**params, **({"marker": marker} if marker else {})}
+        )
+        assert page.status_code == 200, page.text
+        got = [m["id"] for m in page.json()["messages"]]
+        if not got:
+            break
+        seen += got
+        marker = got[-1]
+    assert seen == ids
+    r = await client.get("/v2/queues/paged/messages", params={**params, "marker": ids[5]})
+    assert [m["id"] for m in r.json()["messages"]] == ids[6:]
+    await client.delete(f"/v2/queues/paged/messages/{ids[2]}")  # a deleted message: the listing ends there
+    r = await client.get("/v2/queues/paged/messages", params={**params, "marker": ids[2]})
+    assert (r.status_code, r.json()["messages"], r.json()["links"]) == (200, [], [])
+    r = await client.get("/v2/queues/paged/messages", params={"marker": "not-a-marker"})
+    assert r.status_code == 400
+    assert "message id" in r.json()["description"]

@@ -1,11 +1,16 @@
 -- list_messages(KEYS=queue keys, ARGV=[queue script args, marker, limit, echo, client_id,
 --                                      include_claimed, include_delayed])
+--   marker: a counter, or '@' and a message id: after that message (an empty page when it is not live here)
 --   -> {last_marker, more, view1, ...}. Walks messages after `marker` in marker order, skipping the ones the
 --   filters hide, and examines at most SCAN_CAP of them, so one call's work is bounded; `last_marker` is
 --   where the next page starts and `more` is 1 when messages follow it.
 local SCAN_CAP = 1000
 local prefix, name, now, K = queue_script()
 local marker, limit = tonumber(ARGV[7]), tonumber(ARGV[8])
+if string.sub(ARGV[7], 1, 1) == '@' then  -- after a message: its marker, and no page when it is not here
+  marker = tonumber(redis.call('ZSCORE', K.msgs, string.sub(ARGV[7], 2)))
+  if not marker then return {0, 0} end
+end
 local echo, client_id = ARGV[9] == '1', ARGV[10]
 local include_claimed, include_delayed = ARGV[11] == '1', ARGV[12] == '1'
 local out = {marker, 0}
