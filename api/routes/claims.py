@@ -91,6 +91,8 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
         check_claim_limit(params.limit, limits)
     wait = check_range(params.wait, 0, limits.max_claim_wait, "wait") if params.wait is not None else 0
     body = await _claim_body(request, limits, ClaimCreateIn)
+    if body.limit is not None:  # bounded even where the query's wins
+        check_claim_limit(body.limit, limits)
     limit = params.limit if params.limit is not None else body.limit  # the query's wins
     size = check_claim_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)

@@ -24,9 +24,10 @@ async def test_a_claim_takes_its_limit_from_the_body_as_openstacksdk_sends_it(
     assert len(r.json()["messages"]) == 3  # the query's limit, not the body's
 
     for bad in (0, 21, "5", 2.5):
-        r = await client.post("/v2/queues/sdk/claims", json={"ttl": 60, "limit": bad})
-        assert r.status_code == 400, (bad, r.text)
-        assert "limit" in r.json()["description"], r.text
+        for query in ({}, {"limit": 1}):  # bounded even where the query's wins
+            r = await client.post("/v2/queues/sdk/claims", params=query, json={"ttl": 60, "limit": bad})
+            assert r.status_code == 400, (bad, r.text)
+            assert "limit" in r.json()["description"], r.text
 
 
 DASHED = "3381af92-2b9e-11e3-b191-71861300734c"  # an id of Zaqar's Redis driver
