@@ -10,10 +10,15 @@ SERVE_STAMP := $(VENV)/.serving
 KS_VENV    := .venv-keystone
 KS_STAMP   := $(KS_VENV)/.installed
 KEYSTONE   ?= keystone==30.0.0
+# Zaqar's own API tests (tests/tempest.py, `make tempest`): tempest and zaqar-tempest-plugin, pinned, in a
+# virtualenv of their own for the same reason.
+TEMPEST_VENV  := .venv-tempest
+TEMPEST_STAMP := $(TEMPEST_VENV)/.installed
+TEMPEST       ?= tempest==47.0.0 zaqar-tempest-plugin==4.3.0
 
-.PHONY: install system-deps redis-server java insights run test test-fast lint fmt typecheck openapi docs insights-report-png bench clean
+.PHONY: install system-deps redis-server java insights run test test-fast tempest lint fmt typecheck openapi docs insights-report-png bench clean
 
-install: $(STAMP) $(KS_STAMP)
+install: $(STAMP) $(KS_STAMP) $(TEMPEST_STAMP)
 
 # $(call apt-package,PACKAGE,CHECK,ALTERNATIVE): when the shell command CHECK fails, install Debian's PACKAGE
 # with apt-get as root; otherwise say how, and ALTERNATIVE, and fail.
@@ -75,6 +80,17 @@ $(KS_STAMP):
 	$(KS_VENV)/bin/pip install -q '$(KEYSTONE)' gunicorn
 	touch $(KS_STAMP)
 
+$(TEMPEST_STAMP):
+	$(PY) -m venv $(TEMPEST_VENV)
+	$(TEMPEST_VENV)/bin/pip install -q --upgrade pip
+	$(TEMPEST_VENV)/bin/pip install -q $(TEMPEST)
+	touch $(TEMPEST_STAMP)
+
+# Zaqar's v2 API tests (zaqar-tempest-plugin) against `charon serve` in Keystone mode: tests/tempest.py.
+# `make test` runs them too (tests/acceptance/test_tempest.py).
+tempest: install
+	$(BIN)/python -m tests.tempest
+
 # The service alone: Charon's virtualenv (serving's packages only), not Keystone's.
 run: $(SERVE_STAMP)
 	$(BIN)/charon serve
@@ -132,4 +148,4 @@ insights-report-png:
 	  --screenshot=$(CURDIR)/docs/insights-report.png file://$(CURDIR)/docs/example/report.html
 
 clean:
-	rm -rf $(VENV) $(KS_VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) $(KS_VENV) $(TEMPEST_VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -280,6 +280,20 @@ enabled = false
         if response.status_code != 204:
             raise RuntimeError(f"keystone: revoking a token answered {response.status_code}: {response.text}")
 
+    def register_messaging(self, url: str) -> None:
+        """Make `url` the catalog's public messaging endpoint in RegionOne (replacing any an earlier caller
+        put): where openstacksdk, the `openstack messaging` CLI and tempest find Charon."""
+        services = self._admin("GET", "/services", params={"type": "messaging"}).json()["services"]
+        if services:
+            service_id = services[0]["id"]
+        else:
+            service_id = self._create("services", {"type": "messaging", "name": "zaqar"})
+        endpoints = self._admin("GET", "/endpoints", params={"service_id": service_id}).json()["endpoints"]
+        for endpoint in endpoints:
+            self._admin("DELETE", f"/endpoints/{endpoint['id']}", expect=204)
+        body = {"service_id": service_id, "interface": "public", "url": url, "region_id": "RegionOne"}
+        self._create("endpoints", body)
+
     def service_credentials(self) -> dict[str, str]:
         """The password credentials of the service user `charon` (admin and service on project `service`)."""
         return {

@@ -335,26 +335,6 @@ def test_pre_signed_url_through_the_signed_url_backend(service: Service) -> None
 # -- 5. the openstack CLI ------------------------------------------------------------------------------------
 
 
-def register_endpoint(keystone: KeystoneServer, url: str) -> None:
-    """Make `url` the catalog's public messaging endpoint in RegionOne (replacing any an earlier test put)."""
-    headers = {"X-Auth-Token": keystone.admin_token()}
-    with httpx.Client(base_url=keystone.url, headers=headers, timeout=30) as ks:
-        services = ks.get("/services", params={"type": "messaging"}).json()["services"]
-        if services:
-            service_id = services[0]["id"]
-        else:
-            r = ks.post(
-                "/services", json={"service": {"type": "messaging", "name": "zaqar", "enabled": True}}
-            )
-            assert r.status_code == 201, r.text
-            service_id = r.json()["service"]["id"]
-        for endpoint in ks.get("/endpoints", params={"service_id": service_id}).json()["endpoints"]:
-            assert ks.delete(f"/endpoints/{endpoint['id']}").status_code == 204
-        body = {"service_id": service_id, "interface": "public", "url": url, "region_id": "RegionOne"}
-        r = ks.post("/endpoints", json={"endpoint": body})
-        assert r.status_code == 201, r.text
-
-
 def openstack(keystone: KeystoneServer, user: str, project: str, *args: str) -> subprocess.Popen[str]:
     """`openstack messaging <args>` as `user` on `project`, started (the caller waits: `done`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
@@ -393,7 +373,7 @@ def test_openstacksdk_pages_messages_and_claims_as_it_sends_them(service: Servic
     """openstacksdk, unchanged: it finds the endpoint in the catalog, pages a listing with the last message's
     id as the marker, and sends a claim's `limit` in its body (issue 43)."""
     ks = service.keystone
-    register_endpoint(ks, service.url)
+    ks.register_messaging(service.url)
     conn = openstacksdk.connect(
         auth_url=ks.url,
         username="alice",
@@ -423,7 +403,7 @@ def test_openstack_messaging_cli(service: Service) -> None:
     v2 (the plugin's default, OS_QUEUES_API_VERSION). The admin's calls and alice's refused one run while
     alice's own go one after another: each `openstack` takes seconds to start."""
     ks = service.keystone
-    register_endpoint(ks, service.url)
+    ks.register_messaging(service.url)
     admin_pools = openstack(ks, "admin", "alpha", "pool", "list", "-f", "json")
     admin_flavors = openstack(ks, "admin", "alpha", "flavor", "list", "-f", "json")
     refused = openstack(ks, "alice", "alpha", "pool", "list", "-f", "json")

@@ -1,0 +1,22 @@
+"""Zaqar's own v2 API tests (zaqar-tempest-plugin, run by tempest) pass against Charon in Keystone mode, but
+the ones tests/tempest.py names in EXPECTED_FAILURES, each with why (docs/testing.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import tempest
+
+pytestmark = [pytest.mark.slow, pytest.mark.keystone, pytest.mark.timeout(tempest.RUN_TIMEOUT_S + 120)]
+
+
+def test_zaqar_tempest_plugin_v2_passes(tmp_path: Path) -> None:
+    if not tempest.available():
+        missing = f"tempest is not installed ({tempest.TEMPEST} is missing): run `make install`"
+        pytest.fail(missing, pytrace=False)
+    outcome = tempest.run(tmp_path)
+    assert not outcome.unexpected, (sorted(outcome.unexpected), outcome.output[-20000:])
+    assert len(outcome.passed) >= 134  # zaqar-tempest-plugin 4.3.0's 135 v2 tests but the expected failure
+    assert not outcome.skipped, sorted(outcome.skipped)
