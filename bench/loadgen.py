@@ -409,10 +409,11 @@ async def stats_total(conn: Connection, queue: str) -> int:
 
 
 async def listed_total(conn: Connection, queue: str) -> int:
-    """The queue's messages, claimed or not, counted by paging through the listing (its requests are recorded
-    as `count`). `marker=0` is "from the start" to both Charon (a counter) and Zaqar 23, whose Redis driver
-    answers 503 to `include_claimed=true` without a marker (it asks ZRANK of None)."""
-    n, path = 0, f"/v2/queues/{queue}/messages?echo=true&include_claimed=true&limit=20&marker=0"
+    """The queue's messages, claimed, delayed or not, counted by paging through the listing (its requests are
+    recorded as `count`). `marker=0` is "from the start" to both Charon (a counter) and Zaqar 23, whose Redis
+    driver answers 503 to `include_claimed=true` without a marker (it asks ZRANK of None)."""
+    query = "echo=true&include_claimed=true&include_delayed=true&limit=20&marker=0"
+    n, path = 0, f"/v2/queues/{queue}/messages?{query}"
     while True:
         status, body = await conn.request("count", "GET", path)
         _check(status, body, "count by listing", conn)

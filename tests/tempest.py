@@ -17,6 +17,7 @@ Run: make tempest (or .venv/bin/python -m tests.tempest)
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -90,24 +91,22 @@ def available() -> bool:
 
 def run(workdir: Path, *, concurrency: int = 2) -> Outcome:
     """Zaqar's v2 API tests against a live Charon in Keystone mode (see the module's docstring)."""
-    smtp = SmtpReceiver().start()
-    keystone = KeystoneServer().start()
-    redis = RedisServer().start()
-    service = keystone.service_credentials()
-    creds = {f"CHARON_KEYSTONE__{key.upper()}": value for key, value in service.items()}
-    env = {**creds, "CHARON_AUTH": "keystone", **notification_env(smtp)}
-    log = (workdir / "charon.log").open("wb")
-    charon = CharonProcess(redis.url, namespace="tempest", env=env, stdout=log, stderr=log)
-    try:
+    with contextlib.ExitStack() as started:  # each server stopped, whichever started
+        smtp = SmtpReceiver().start()
+        started.callback(smtp.stop)
+        keystone = KeystoneServer().start()
+        started.callback(keystone.stop)
+        redis = RedisServer().start()
+        started.callback(redis.stop)
+        service = keystone.service_credentials()
+        creds = {f"CHARON_KEYSTONE__{key.upper()}": value for key, value in service.items()}
+        env = {**creds, "CHARON_AUTH": "keystone", **notification_env(smtp)}
+        log = started.enter_context((workdir / "charon.log").open("wb"))
+        charon = CharonProcess(redis.url, namespace="tempest", env=env, stdout=log, stderr=log)
+        started.callback(charon.stop)
         charon.start()
         keystone.register_messaging(charon.url)
         return _tempest(workdir, keystone, concurrency)
-    finally:
-        charon.stop()
-        log.close()
-        redis.stop()
-        keystone.stop()
-        smtp.stop()
 
 
 def _tempest(workdir: Path, keystone: KeystoneServer, concurrency: int) -> Outcome:

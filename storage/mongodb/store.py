@@ -329,9 +329,12 @@ class MongoStore:
 
     @_op
     async def delete_queue(self, q: QueueRef) -> None:
+        began = self._now()
         await self._drop_messages(q)
-        this = {CLAIM.PROJECT: q.project, CLAIM.QUEUE: q.name}
-        await self._c.claims.delete_many(this, hint=CLAIMS_INDEX)  # no claim outlives its queue (Zaqar)
+        # No claim outlives its queue (Zaqar); one made meanwhile, on messages posted after the drop began
+        # (which it keeps), is kept with them.
+        this = {CLAIM.PROJECT: q.project, CLAIM.QUEUE: q.name, CLAIM.CREATED: {"$lte": began}}
+        await self._c.claims.delete_many(this, hint=CLAIMS_INDEX)
         await subscriptions.delete_queue_document(self._c, q)
         await self._c.counters.delete_one(counter_key(q))
 
@@ -475,7 +478,7 @@ class MongoStore:
     ) -> Page[Message]:
         now = self._now()
         if isinstance(marker, str):  # after a message: its marker, and no page when it is not here
-            this = {M.ID: marker, M.PROJECT: q.project, M.QUEUE: q.name, M.EXPIRES: {"$gt": now}}
+            this = {M.ID: marker, M.PROJECT: q.project, M.QUEUE: q.name}  # expired, not yet dropped: there
             found = await self._c.messages.find_one(this, {M.MARKER: 1})
             if found is None:
                 return Page(items=[], next_marker=None)
