@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from api.auth import identity_of
 from api.errors import describe_errors
 from api.params import QUERY, QueryModel
+from api.render import Shown
 from api.state import state_of
 from core.clock import Clock
 from core.errors import InvalidBody, PayloadTooLarge, UnsupportedMediaType
@@ -68,9 +69,10 @@ class ProvenanceQuery(QueryModel):
     provenance: bool | None = Field(None, description=PROVENANCE_DOC)
 
 
-async def show_provenance(request: Request, params: Annotated[ProvenanceQuery, QUERY]) -> bool:
-    default = state_of(request).provenance
-    return default if params.provenance is None else params.provenance
+async def shown(request: Request, params: Annotated[ProvenanceQuery, QUERY]) -> Shown:
+    state = state_of(request)
+    provenance = state.provenance if params.provenance is None else params.provenance
+    return Shown(provenance=provenance, checksum=state.checksum)
 
 
 async def project_id(request: Request) -> str:
@@ -104,16 +106,17 @@ class QueueCall:
     limits: Limits
     clock: Clock
     provenance: bool  # the service's default for showing `dead_letter`; `show()` applies ?provenance=
+    checksum: bool  # CHARON_ENABLE_CHECKSUM
 
-    def show(self, provenance: bool | None) -> bool:
-        return self.provenance if provenance is None else provenance
+    def show(self, provenance: bool | None) -> Shown:
+        return Shown(provenance=self.provenance if provenance is None else provenance, checksum=self.checksum)
 
 
 def call_of(request: Request) -> QueueCall:
     """The QueueCall of a request, for the plain routes (api/routing.py), which take the Request."""
     q, client = _queue_and_client(request)
     state = state_of(request)
-    return QueueCall(q, client, state.store, state.limits, state.clock, state.provenance)
+    return QueueCall(q, client, state.store, state.limits, state.clock, state.provenance, state.checksum)
 
 
 async def queue_call(request: Request) -> QueueCall:
@@ -137,7 +140,7 @@ ClockDep = Annotated[Clock, Depends(get_clock)]
 ProjectDep = Annotated[str, Depends(project_id)]
 ClientIdDep = Annotated[str, Depends(client_id)]
 QueueDep = Annotated[QueueRef, Depends(queue_ref)]
-ProvenanceDep = Annotated[bool, Depends(show_provenance)]
+ShownDep = Annotated[Shown, Depends(shown)]
 CallDep = Annotated[QueueCall, Depends(queue_call)]
 DefaultsDep = Annotated[DeadLetterDefaults, Depends(get_defaults)]
 RedriveDep = Annotated[RedriveRunner, Depends(get_redrive)]

@@ -7,9 +7,9 @@ from typing import Any
 import orjson
 from fastapi import Response
 
-from core.wire import EPOCH, iso, message, message_href, messages, stamp
+from core.wire import EPOCH, Shown, iso, message, message_href, messages, stamp
 
-__all__ = ["EPOCH", "iso", "json_response", "message", "message_href", "messages", "stamp"]
+__all__ = ["EPOCH", "Shown", "iso", "json_response", "message", "message_href", "messages", "stamp"]
 
 
 def json_response(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

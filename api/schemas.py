@@ -373,6 +373,12 @@ class MessageOut(BaseModel):
     age: int
     body: Any
     claim_count: int
+    checksum: str | None = Field(
+        None,
+        description="`MD5:<hex>`, the MD5 of the body as Python's json.dumps writes it; only with "
+        "CHARON_ENABLE_CHECKSUM (Zaqar's `enable_checksum`).",
+        pattern="^MD5:[0-9a-f]{32}$",
+    )
     dead_letter: DeadLetterOut | None = Field(
         None, description="Only on dead-lettered (and redriven) messages (EXT)."
     )

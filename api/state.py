@@ -45,6 +45,7 @@ class AppState:
     limits: Limits
     defaults: DeadLetterDefaults  # CHARON_DEFAULT_MAX_CLAIM_COUNT, CHARON_DEAD_LETTER_QUEUE_TEMPLATE
     provenance: bool  # CHARON_PROVENANCE: the default of ?provenance=
+    checksum: bool  # CHARON_ENABLE_CHECKSUM: each message read shows Zaqar's `checksum`
     strict_parameters: bool  # CHARON_STRICT_PARAMETERS: refuse an unknown query parameter (else ignore it)
     admin_mode: bool  # CHARON_ADMIN_MODE
     idempotency_window_ms: int  # CHARON_IDEMPOTENCY_WINDOW

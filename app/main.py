@@ -242,6 +242,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         limits=limits,
         defaults=settings.dead_letter_defaults(),
         provenance=settings.provenance,
+        checksum=settings.enable_checksum,
         strict_parameters=settings.strict_parameters,
         admin_mode=settings.admin_mode,
         idempotency_window_ms=settings.idempotency_window * 1000,

@@ -209,6 +209,14 @@ class Settings(BaseSettings):
         "DLQs (it refuses unknown fields); a request asks for them with `provenance=true` (curl, consoles). "
         "Turn on for deployments whose clients all want them.",
     )
+    enable_checksum: bool = Field(
+        False,
+        description="Show each message's `checksum` on every read (get, list, claim, a claim's messages, "
+        "pop, the redrive sample), as Zaqar's `enable_checksum`: `MD5:` and the hex MD5 of the body as "
+        "Python's `json.dumps` writes it, so a client can check the body it parsed. Computed at read from "
+        "the stored body, so it covers messages posted before it was turned on (Zaqar's cover only those "
+        "posted after). Off by default, as Zaqar.",
+    )
     strict_parameters: bool = Field(
         False,
         description="Refuse (400) a query parameter the route does not take. Off, as Zaqar: such a parameter "

@@ -3,7 +3,10 @@ answers and the notifier's documents (service/notifier.py) are one shape."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -71,7 +74,27 @@ def _provenance_source() -> str:
 dead_letter = _provenance_renderer()
 
 
-def message(m: Message, now_ms: int, *, provenance: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """What a read shows beside each message's own fields: the `dead_letter` provenance and
+    `dead_letter_eligible` (EXT, `?provenance=`), and Zaqar's `checksum` (CHARON_ENABLE_CHECKSUM)."""
+
+    provenance: bool = True
+    checksum: bool = False
+
+
+EVERYTHING = Shown(provenance=True)  # the notifier's documents: provenance always, no checksum
+
+
+def checksum(body: Any) -> str | None:
+    """Zaqar's `checksum` of a body: `MD5:` and the MD5 of the body as Python's json.dumps writes it (Zaqar's
+    storage/utils.py get_checksum, through oslo's jsonutils.dump_as_bytes); none for a null body, as Zaqar."""
+    if body is None:
+        return None
+    return "MD5:" + hashlib.md5(json.dumps(body).encode(), usedforsecurity=False).hexdigest()
+
+
+def message(m: Message, now_ms: int, shown: Shown = EVERYTHING) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": m.id,
         "href": message_href(m.queue, m.id, m.claim_id if m.is_claimed(now_ms) else None),
@@ -80,15 +103,18 @@ def message(m: Message, now_ms: int, *, provenance: bool = True) -> dict[str, An
         "body": m.body,
         "claim_count": m.claim_count,
     }
-    if m.dead_letter is not None and provenance:
-        out["dead_letter"] = dead_letter(m.dead_letter)
-    if not m.dead_letter_eligible and provenance:  # EXT fields only with provenance (zaqarclient)
-        out["dead_letter_eligible"] = False
+    if shown.checksum and (sum_ := checksum(m.body)) is not None:
+        out["checksum"] = sum_
+    if shown.provenance:  # EXT fields only with provenance (zaqarclient)
+        if m.dead_letter is not None:
+            out["dead_letter"] = dead_letter(m.dead_letter)
+        if not m.dead_letter_eligible:
+            out["dead_letter_eligible"] = False
     return out
 
 
-def messages(items: Iterable[Message], now_ms: int, *, provenance: bool = True) -> list[dict[str, Any]]:
-    return [message(m, now_ms, provenance=provenance) for m in items]
+def messages(items: Iterable[Message], now_ms: int, shown: Shown = EVERYTHING) -> list[dict[str, Any]]:
+    return [message(m, now_ms, shown) for m in items]
 
 
 def stamp(queue: str, s: MessageStamp | None, now_ms: int) -> dict[str, Any] | None:

@@ -10,9 +10,9 @@ from pydantic import Field
 from api.deps import (
     CallDep,
     ClockDep,
-    ProvenanceDep,
     ProvenanceQuery,
     QueueDep,
+    ShownDep,
     StoreDep,
     call_of,
     read_object,
@@ -86,7 +86,7 @@ class ReleaseQuery(QueryModel):
 async def create_claim(request: Request, params: ClaimQuery) -> Response:
     call = call_of(request)
     limits = call.limits
-    provenance = call.show(params.provenance)
+    shown = call.show(params.provenance)
     if params.limit is not None:
         check_claim_limit(params.limit, limits)
     wait = check_range(params.wait, 0, limits.max_claim_wait, "wait") if params.wait is not None else 0
@@ -106,7 +106,7 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
         return Response(status_code=204)
     now = call.clock.now_ms()
     return json_response(
-        {"messages": messages(result.claim.messages, now, provenance=provenance)},
+        {"messages": messages(result.claim.messages, now, shown)},
         status_code=201,
         headers={"Location": f"/v2/queues/{call.q.name}/claims/{result.claim.id}"},
     )
@@ -119,7 +119,7 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
     responses={404: {"model": ErrorOut}},
 )
 async def get_claim(
-    q: QueueDep, cid: ClaimIdDep, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
+    q: QueueDep, cid: ClaimIdDep, store: StoreDep, clock: ClockDep, shown: ShownDep
 ) -> Response:
     claim = await store.get_claim(q, cid)
     now = clock.now_ms()
@@ -129,7 +129,7 @@ async def get_claim(
             "ttl": claim.ttl,
             "grace": claim.grace,
             "href": f"/v2/queues/{q.name}/claims/{claim.id}",
-            "messages": messages(claim.messages, now, provenance=provenance),
+            "messages": messages(claim.messages, now, shown),
         }
     )
 

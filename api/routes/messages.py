@@ -17,9 +17,9 @@ from api.deps import (
     ClientIdDep,
     ClockDep,
     LimitsDep,
-    ProvenanceDep,
     ProvenanceQuery,
     QueueDep,
+    ShownDep,
     StoreDep,
     call_of,
     header_parameter,
@@ -200,7 +200,7 @@ async def list_messages(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
-    provenance: ProvenanceDep,
+    shown: ShownDep,
     params: Annotated[ListQuery, QUERY],
 ) -> Response:
     ids, marker, limit, echo = params.ids, params.marker, params.limit, params.echo
@@ -211,7 +211,7 @@ async def list_messages(
         if not found:
             raise MessageNotFound("None of the listed messages exists.")
         now = clock.now_ms()
-        return json_response({"messages": messages(found, now, provenance=provenance)})
+        return json_response({"messages": messages(found, now, shown)})
     size = check_page_limit(limit if limit is not None else limits.default_messages_per_page, limits)
     page = await store.list_messages(
         q,
@@ -232,11 +232,11 @@ async def list_messages(
                 "echo": str(echo).lower(),
                 "include_claimed": str(include_claimed).lower(),
                 "include_delayed": str(include_delayed).lower(),
-                "provenance": str(provenance).lower(),
+                "provenance": str(shown.provenance).lower(),
             }
         )
         links.append({"rel": "next", "href": f"/v2/queues/{q.name}/messages?{query}"})
-    return json_response({"messages": messages(page.items, now, provenance=provenance), "links": links})
+    return json_response({"messages": messages(page.items, now, shown), "links": links})
 
 
 @router.plain(
@@ -276,7 +276,7 @@ async def delete_messages(request: Request, params: DeleteManyQuery) -> Response
         popped = await store.pop_messages(q, limit=pop)
         now = call.clock.now_ms()
         shown = call.show(params.provenance)
-        return json_response({"messages": messages(popped, now, provenance=shown)})
+        return json_response({"messages": messages(popped, now, shown)})
     assert ids is not None
     listed = message_ids(ids, max_delete_ids(limits))
     if params.claim_ids is None:
@@ -303,12 +303,12 @@ async def delete_messages(request: Request, params: DeleteManyQuery) -> Response
     responses={404: {"model": ErrorOut}},
 )
 async def get_message(
-    q: QueueDep, mid: MessageIdDep, store: StoreDep, clock: ClockDep, provenance: ProvenanceDep
+    q: QueueDep, mid: MessageIdDep, store: StoreDep, clock: ClockDep, shown: ShownDep
 ) -> Response:
     found = await store.get_messages(q, [mid])
     if not found:
         raise MessageNotFound(f"Message {mid} does not exist in queue {q.name}.")
-    return json_response(message(found[0], clock.now_ms(), provenance=provenance))
+    return json_response(message(found[0], clock.now_ms(), shown))
 
 
 @router.plain(

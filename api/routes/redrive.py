@@ -11,16 +11,16 @@ from pydantic import Field
 from api.deps import (
     ClockDep,
     LimitsDep,
-    ProvenanceDep,
     QueueDep,
     RedriveDep,
+    ShownDep,
     StoreDep,
     read_object,
     validate_body,
 )
 from api.ids import TaskIdDep
 from api.params import QUERY, QueryModel
-from api.render import EPOCH, iso, json_response, messages
+from api.render import EPOCH, Shown, iso, json_response, messages
 from api.routing import Router
 from api.schemas import ErrorOut, RedriveIn, RedriveTaskOut, RedriveTasksOut, json_body
 from core.errors import InvalidInput
@@ -91,7 +91,7 @@ def task_out(t: RedriveTask) -> dict[str, Any]:
     }
 
 
-def _preview_out(p: redrive.Preview, now: int, provenance: bool) -> dict[str, Any]:
+def _preview_out(p: redrive.Preview, now: int, shown: Shown) -> dict[str, Any]:
     return {
         "dry_run": True,
         "scanned": p.scanned,
@@ -100,7 +100,7 @@ def _preview_out(p: redrive.Preview, now: int, provenance: bool) -> dict[str, An
         "claimed": p.claimed,
         "by_source_queue": p.by_source_queue,
         "by_reason": p.by_reason,
-        "sample": messages(p.sample, now, provenance=provenance),
+        "sample": messages(p.sample, now, shown),
         "complete": p.complete,
     }
 
@@ -139,7 +139,7 @@ async def start_redrive(
     store: StoreDep,
     limits: LimitsDep,
     clock: ClockDep,
-    provenance: ProvenanceDep,
+    shown: ShownDep,
     runner: RedriveDep,
     request: Request,
 ) -> Response:
@@ -148,7 +148,7 @@ async def start_redrive(
     spec = _spec(q, body)
     if body.dry_run:
         now = clock.now_ms()
-        return json_response(_preview_out(await redrive.preview(store, q, spec, now=now), now, provenance))
+        return json_response(_preview_out(await redrive.preview(store, q, spec, now=now), now, shown))
     task, done = await redrive.start(store, runner, q, spec)
     if done:
         return json_response(task_out(task))

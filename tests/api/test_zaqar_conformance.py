@@ -3,11 +3,19 @@ CLI) send, answered as Zaqar answers it (issue 43's root causes, one test each).
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
+from api.state import state_of
+from app.main import create_app
+from app.settings import Settings
 from core.clock import ManualClock
+from storage.base import Store
+from tests.api.test_dead_letter_features import dead_letter_all
 from tests.api.test_flows import post_messages
+from tests.conftest import api_client
 
 
 @pytest.mark.every_store
@@ -115,3 +123,47 @@ async def test_a_listing_goes_on_after_a_message_id_as_openstacksdk_pages(client
     r = await client.get("/v2/queues/paged/messages", params={"marker": "not-a-marker"})
     assert r.status_code == 400
     assert "message id" in r.json()["description"]
+
+
+# Zaqar's own get_checksum (zaqar/storage/utils.py, 23.0.1) of these bodies, computed by Zaqar.
+CHECKSUMMED = {
+    "MD5:ae877fcb955a3b56da531136bf249bd4": {"event": "créé", "n": [1.5, None, True], "k": {"z": 1, "a": 2}},
+    "MD5:20cd815523e5806aec29a57282b0d49f": "text",
+}
+
+
+@pytest.mark.every_store
+async def test_every_read_carries_zaqars_checksum_when_enabled(
+    store: Store, clock: ManualClock, client: httpx.AsyncClient
+) -> None:
+    """With CHARON_ENABLE_CHECKSUM, get, list, by ids, claim, a claim's messages, pop and the redrive sample
+    show each message's `checksum` as Zaqar writes it; without it, none does (Zaqar's default)."""
+    bodies = list(CHECKSUMMED.values())
+    ids = await post_messages(client, "sums", *bodies)
+    assert "checksum" not in (await client.get(f"/v2/queues/sums/messages/{ids[0]}")).json()
+
+    app = create_app(Settings(storage_uri="redis://unused", enable_checksum=True), store=store, clock=clock)
+    async with api_client(app) as summed:
+        expected = dict(zip(ids, CHECKSUMMED, strict=True))
+
+        def sums(messages: list[dict[str, Any]]) -> dict[str, str]:
+            return {m["id"]: m["checksum"] for m in messages}
+
+        assert (await summed.get(f"/v2/queues/sums/messages/{ids[0]}")).json()["checksum"] == expected[ids[0]]
+        listed = await summed.get("/v2/queues/sums/messages", params={"echo": "true"})
+        assert sums(listed.json()["messages"]) == expected
+        by_ids = await summed.get("/v2/queues/sums/messages", params={"ids": ",".join(ids)})
+        assert sums(by_ids.json()["messages"]) == expected
+        claimed = await summed.post("/v2/queues/sums/claims", json={"ttl": 60})
+        assert sums(claimed.json()["messages"]) == expected
+        held = await summed.get(claimed.headers["location"])
+        assert sums(held.json()["messages"]) == expected
+
+        await post_messages(summed, "sums", *bodies)
+        popped = await summed.delete("/v2/queues/sums/messages", params={"pop": 2})
+        assert sorted(m["checksum"] for m in popped.json()["messages"]) == sorted(CHECKSUMMED)
+
+        await dead_letter_all(summed, "orders", *bodies)  # into orders.dlq
+        preview = await summed.post("/v2/queues/orders.dlq/redrive", json={"dry_run": True})
+        assert sorted(m["checksum"] for m in preview.json()["sample"]) == sorted(CHECKSUMMED)
+    await state_of(app).long_polls.aclose()
