@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute
 from api.access import AccessLog, RequestLog
 from api.auth import Authenticator, AuthMode
 from api.contract import refine
+from api.cors import Cors
 from api.errors import register_error_handlers
 from api.head import HeadAsGet
 from api.keystone import TokenValidator
@@ -191,6 +192,17 @@ def create_app(
     attach(app, state)
     register_error_handlers(app)
     declared = add_routes(app)
+    if settings.cors.on:  # inside RequestLog: a preflight has a request id and an access line too
+        c = settings.cors
+        app.add_middleware(
+            Cors,
+            origins=c.allowed_origin,
+            methods=c.allow_methods,
+            headers=c.allow_headers,
+            expose=c.expose_headers,
+            credentials=c.allow_credentials,
+            max_age=c.max_age,
+        )
     # GET /metrics, and the HTTP series: counted inside HeadAsGet, which hides the matched route from outside
     app.add_middleware(RequestLog, log=state.access_log, metrics=HttpMetrics())
     app.add_middleware(HeadAsGet)  # outside RequestLog, which sees a HEAD as the GET it is served by

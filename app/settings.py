@@ -8,13 +8,14 @@ refused with the nearest real name, but not the variables Kubernetes injects for
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
@@ -23,11 +24,13 @@ from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
     InitSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
 from api.auth import AuthMode
+from api.cors import ALLOW_HEADERS, ALLOW_METHODS, EXPOSE_HEADERS
 from api.keystone import KeystoneSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
@@ -82,6 +85,70 @@ class MetricsSettings(BaseModel):
     def _blank_is_unset(cls, value: object) -> object:
         """An empty token (a deployment's `${TOKEN:-}`) is no token: else an empty `Bearer` would match it."""
         return None if isinstance(value, str) and not value.strip() else value
+
+
+def _listed(value: object) -> object:
+    """A list setting as oslo.config writes one, `a,b` (or JSON, `["a", "b"]`), each item stripped."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
+
+
+ORIGIN = r"^(\*|https?://[^/\s,]+)$"
+
+
+class CorsSettings(BaseModel):
+    """Cross-origin requests from browsers (api/cors.py), as Zaqar's `[cors]` section of oslo.middleware."""
+
+    allowed_origin: Annotated[list[Annotated[str, Field(pattern=ORIGIN, max_length=255)]], NoDecode] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Origins whose pages may call the API, `<scheme>://<host>[:<port>]` without a trailing "
+        "slash, comma-separated (`https://horizon.example.com,https://console.example.com`), or `*` for "
+        "any. Empty (the default): CORS is off, no CORS header is sent, and a preflight is a 405 as any "
+        "OPTIONS.",
+    )
+    allow_credentials: bool = Field(
+        True,
+        description="Let a page send credentials (cookies, `Authorization`) with its requests "
+        "(`Access-Control-Allow-Credentials`); oslo.middleware's default.",
+    )
+    allow_methods: Annotated[list[Annotated[str, Field(pattern="^[A-Z]{1,10}$")]], NoDecode] = Field(
+        default_factory=lambda: list(ALLOW_METHODS),
+        max_length=20,
+        description="Methods a page may use, comma-separated; Zaqar's list by default.",
+    )
+    allow_headers: Annotated[list[Annotated[str, Field(pattern="^[A-Za-z0-9-]{1,64}$")]], NoDecode] = Field(
+        default_factory=lambda: list(ALLOW_HEADERS),
+        max_length=100,
+        description="Request headers a page may send, comma-separated: Zaqar's list (X-Auth-Token, "
+        "Client-ID, X-Roles, ...) and the headers Charon reads (X-Project-ID, Idempotency-Key, "
+        "Content-Type, URL-Signature, URL-Expires, URL-Methods, URL-Paths) by default.",
+    )
+    expose_headers: Annotated[list[Annotated[str, Field(pattern="^[A-Za-z0-9-]{1,64}$")]], NoDecode] = Field(
+        default_factory=lambda: list(EXPOSE_HEADERS),
+        max_length=100,
+        description="Answer headers a page may read, comma-separated: Zaqar's list (X-Auth-Token, "
+        "X-Subject-Token, X-Service-Token, X-OpenStack-Request-ID) and Location and "
+        "Charon-Ignored-Parameters by default.",
+    )
+    max_age: int = Field(
+        3600,
+        ge=0,
+        le=86_400,
+        description="Seconds a browser may keep a preflight's answer (`Access-Control-Max-Age`).",
+    )
+
+    _split = field_validator(
+        "allowed_origin", "allow_methods", "allow_headers", "expose_headers", mode="before"
+    )(_listed)
+
+    @property
+    def on(self) -> bool:
+        return bool(self.allowed_origin)
 
 
 PREFIX = "CHARON_"
@@ -342,6 +409,10 @@ class Settings(BaseSettings):
         "else http://localhost:4318/v1/traces).",
     )
 
+    cors: CorsSettings = Field(
+        default_factory=CorsSettings,
+        description="Cross-origin requests from browsers, off by default: e.g. CHARON_CORS__ALLOWED_ORIGIN.",
+    )
     metrics: MetricsSettings = Field(
         default_factory=MetricsSettings,
         description="GET /metrics: access without the admin role, and its cost, e.g. "

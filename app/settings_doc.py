@@ -16,12 +16,13 @@ import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import BaseModel, IPvAnyAddress, IPvAnyInterface, IPvAnyNetwork, SecretBytes, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from pydantic_settings import NoDecode
 
 from app.settings import PREFIX, Settings, group_of, settings
 
@@ -118,6 +119,8 @@ def _is_union(annotation: Any) -> bool:
 
 def _type(field: FieldInfo) -> str:
     shown = _type_name(field.annotation)
+    if any(m is NoDecode or isinstance(m, NoDecode) for m in field.metadata):  # app/settings.py `_listed`
+        shown = shown.replace("JSON list", "list (comma-separated, or JSON)")
     bounds = _bounds(field)
     return f"{shown}, {bounds}" if bounds else shown
 
@@ -129,6 +132,8 @@ def _type_name(annotation: Any) -> str:
         names = [_type_name(arg) for arg in get_args(annotation) if arg is not type(None)]
         return " or ".join(names)
     origin = get_origin(annotation)
+    if origin is Annotated:
+        return _type_name(get_args(annotation)[0])
     if origin is Literal:
         return "one of " + ", ".join(f"`{value}`" for value in get_args(annotation))
     if origin in (tuple, list, set, frozenset):
