@@ -113,7 +113,7 @@ SECURITY_SCHEMES: dict[str, Schema] = {
 
 
 def _path_schema(name: str) -> Schema | None:
-    if name in ("queue_name", "pool_name", "flavor_name"):
+    if name in ("queue_name", "topic_name", "pool_name", "flavor_name"):
         return {**NAME_SCHEMA, "description": f"A name: {NAME_RULE}."}
     if name in ("message_id", "claim_id", "task_id", "subscription_id"):
         return {
@@ -183,14 +183,15 @@ def _parameters(path: str, method: str, operation: Schema, limits: Limits, auth:
             "claim_ids",
         ):  # the OpenAPI form of Zaqar's comma-separated ids (repeated ones work too)
             p.update(style="form", explode=False)
-    if path == "/v2/queues":
+    if path in ("/v2/queues", "/v2/topics"):
         parameters.append(_metadata_filters())
-    if path.startswith("/v2/queues"):
-        if "{queue_name}" in path and not any(p["name"] == "queue_name" for p in parameters):
+    if path.startswith(("/v2/queues", "/v2/topics")):
+        name = "queue_name" if path.startswith("/v2/queues") else "topic_name"
+        if f"{{{name}}}" in path and not any(p["name"] == name for p in parameters):
             at = sum(1 for p in parameters if p["in"] == "path")
-            schema = _path_schema("queue_name")
+            schema = _path_schema(name)
             assert schema is not None
-            entry = {"name": "queue_name", "in": "path", "required": True, "schema": schema}
+            entry = {"name": name, "in": "path", "required": True, "schema": schema}
             parameters.insert(at, {**entry, "description": schema["description"]})
         parameters.extend(_headers(auth))
 
@@ -244,7 +245,11 @@ def _responses(path: str, method: str, operation: Schema, auth: str) -> None:
         wanted.add(507)
     if "requestBody" in operation:
         wanted |= {413, 415}  # every body is read with a size limit, in UTF-8 (api/deps.py read_json)
-    if "_id}" in path or ("_name}" in path and not path.startswith("/v2/queues")) or "/redrive" in path:
+    if (
+        "_id}" in path
+        or ("_name}" in path and not path.startswith(("/v2/queues", "/v2/topics")))
+        or "/redrive" in path
+    ):
         wanted.add(404)  # an unknown id, pool or flavor; a queue no pool holds (redrive, with pooling)
     for key, response in responses.items():
         content = response.get("content", {})

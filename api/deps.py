@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 import orjson
 from fastapi import Depends, Request
@@ -27,9 +27,9 @@ from api.render import Shown
 from api.state import state_of
 from core.clock import Clock
 from core.errors import InvalidBody, PayloadTooLarge, UnsupportedMediaType
-from core.limits import Limits, check_client_id, check_project, check_queue_name
+from core.limits import Limits, check_client_id, check_project, check_queue_name, check_topic_name
 from core.metadata import DeadLetterDefaults
-from core.models import QueueRef
+from core.models import QueueRef, topics_of
 from service.redrive import RedriveRunner
 from storage.base import Store
 
@@ -72,11 +72,23 @@ class ProvenanceQuery(QueryModel):
 async def shown(request: Request, params: Annotated[ProvenanceQuery, QUERY]) -> Shown:
     state = state_of(request)
     provenance = state.provenance if params.provenance is None else params.provenance
-    return Shown(provenance=provenance, checksum=state.checksum)
+    kind: Literal["queues", "topics"] = "topics" if in_topics(request) else "queues"
+    return Shown(provenance=provenance, checksum=state.checksum, kind=kind)
+
+
+TOPIC_NAME = "topic_name"  # the path parameter of /v2/topics/{topic_name}/... (api/routes/topics.py)
+
+
+def in_topics(request: Request) -> bool:
+    """Whether the request is on Zaqar's /v2/topics, whose queues live in the project's topic space."""
+    path: str = request.scope["path"]
+    return path.startswith("/v2/topics")
 
 
 async def project_id(request: Request) -> str:
-    return check_project(identity_of(request).project)
+    """The caller's project, or its topic space on /v2/topics (core.models.topics_of)."""
+    project = check_project(identity_of(request).project)
+    return topics_of(project) if in_topics(request) else project
 
 
 async def client_id(request: Request) -> str:
@@ -85,9 +97,14 @@ async def client_id(request: Request) -> str:
 
 def _queue_and_client(request: Request) -> tuple[QueueRef, str]:
     identity = identity_of(request)
-    q = QueueRef(
-        project=check_project(identity.project), name=check_queue_name(request.path_params["queue_name"])
-    )
+    params = request.path_params
+    name = params.get("queue_name")
+    if name is None:  # a topic's route
+        q = QueueRef(
+            project=topics_of(check_project(identity.project)), name=check_topic_name(params[TOPIC_NAME])
+        )
+    else:
+        q = QueueRef(project=check_project(identity.project), name=check_queue_name(name))
     return q, check_client_id(identity.client)
 
 
@@ -109,7 +126,8 @@ class QueueCall:
     checksum: bool  # CHARON_ENABLE_CHECKSUM
 
     def show(self, provenance: bool | None) -> Shown:
-        return Shown(provenance=self.provenance if provenance is None else provenance, checksum=self.checksum)
+        shown = self.provenance if provenance is None else provenance
+        return Shown(provenance=shown, checksum=self.checksum, kind=self.q.kind)
 
 
 def call_of(request: Request) -> QueueCall:

@@ -176,7 +176,7 @@ def path_parameters(template: str) -> list[Entry]:
     return [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in _PATH_PARAM.findall(template)
-        if name != "queue_name"
+        if name not in ("queue_name", "topic_name")
     ]
 
 

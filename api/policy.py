@@ -22,6 +22,7 @@ ADMIN = "role:{admin}"  # Zaqar's ROLE_ADMIN, with the operator's admin role (CH
 ANYONE = "@"  # oslo.policy's "always": under it the API docs ask no credentials (api/routes/docs.py)
 
 Q = "/v2/queues/{queue_name}"
+T = "/v2/topics/{topic_name}"  # a topic's messages and subscriptions are under the queues' rules, as in Zaqar
 
 # (name, check, method, path, description): Zaqar's rules first, in its order, then Charon's (EXT).
 RULES: tuple[tuple[str, str, str, str, str], ...] = (
@@ -54,6 +55,13 @@ RULES: tuple[tuple[str, str, str, str, str], ...] = (
         f"{Q}/subscriptions/{{subscription_id}}/confirm",
         "Confirm (or unsubscribe) a subscription.",
     ),
+    ("topics:get_all", UNPROTECTED, "GET", "/v2/topics", "List all topics."),
+    ("topics:create", UNPROTECTED, "PUT", T, "Create a topic."),
+    ("topics:get", UNPROTECTED, "GET", T, "Get details about a specific topic."),
+    ("topics:delete", UNPROTECTED, "DELETE", T, "Delete a topic."),
+    ("topics:update", UNPROTECTED, "PATCH", T, "Update a topic."),
+    ("topics:stats", UNPROTECTED, "GET", f"{T}/stats", "Get statistics about a specific topic."),
+    ("topics:purge", UNPROTECTED, "POST", f"{T}/purge", "Purge resources from a particular topic."),
     ("pools:get_all", ADMIN, "GET", "/v2/pools", "List pools."),
     ("pools:create", ADMIN, "PUT", "/v2/pools/{pool_name}", "Register a pool."),
     ("pools:get", ADMIN, "GET", "/v2/pools/{pool_name}", "Get a pool."),

@@ -68,6 +68,8 @@ def operation_id(route: APIRoute) -> str:
     if rule is None:
         return route.name
     resource, _, action = rule.partition(":")
+    if route.path_format.startswith("/v2/topics/") and resource != "topics":  # under a queue's rule
+        resource = f"topic_{resource}"
     return f"{resource}_{'list' if action == 'get_all' else action}"
 
 
@@ -76,6 +78,7 @@ class Route(APIRoute):
     them, api.params.QUERY) and documents its path and query parameters."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        self.declared = kwargs  # as declared, for `served_at`
         (method,) = kwargs["methods"]
         self.rule = route_rule(
             method.upper(), path, kwargs.get("openapi_extra")
@@ -116,6 +119,8 @@ class PlainRoute(StarletteRoute):
         guard: Guard | None = None,
     ):
         super().__init__(path, endpoint, methods=methods, include_in_schema=False)
+        self.method = methods[0]
+        self.declared: dict[str, Any] = {}  # how plain_route declared it, for `served_at`
         model = self.query_model = query_model_of(endpoint)
         self.doc = doc
         self.rule = rule
@@ -173,23 +178,51 @@ class Router(APIRouter):
         assert not self.dependencies, "a plain route resolves no dependency"
 
         def declare(endpoint: E) -> E:
-            model = query_model_of(endpoint)
-            rule = route_rule(method, path, openapi_extra)
-            doc = APIRoute(
-                path,
-                _documents_only,
-                methods=[method],
-                name=endpoint.__name__,
-                tags=list(self.tags),
-                responses={**self.responses, **(responses or {})},
-                openapi_extra=documents_rule(rule, operation_parameters(path, model, openapi_extra)),
-                generate_unique_id_function=operation_id,
+            declared = {
+                "tags": list(self.tags),
+                "responses": {**self.responses, **(responses or {})},
+                "openapi_extra": openapi_extra,
+                "guard": guard,
                 **operation,
-            )
-            self.routes.append(PlainRoute(path, endpoint, methods=[method], doc=doc, rule=rule, guard=guard))
+            }
+            self.routes.append(plain_route(method, path, endpoint, **declared))
             return endpoint
 
         return declare
+
+
+def plain_route(
+    method: str,
+    path: str,
+    endpoint: Callable[..., Awaitable[Response]],
+    *,
+    openapi_extra: dict[str, Any] | None,
+    guard: Guard | None,
+    **operation: Any,
+) -> PlainRoute:
+    model = query_model_of(endpoint)
+    rule = route_rule(method, path, openapi_extra)
+    doc = APIRoute(
+        path,
+        _documents_only,
+        methods=[method],
+        name=endpoint.__name__,
+        openapi_extra=documents_rule(rule, operation_parameters(path, model, openapi_extra)),
+        generate_unique_id_function=operation_id,
+        **operation,
+    )
+    route = PlainRoute(path, endpoint, methods=[method], doc=doc, rule=rule, guard=guard)
+    route.declared = {"openapi_extra": openapi_extra, "guard": guard, **operation}
+    return route
+
+
+def served_at(route: BaseRoute, path: str, **changes: Any) -> BaseRoute:
+    """`route` declared again at `path`, as declared but for `changes` (its summary, tags, rule): the same
+    endpoint, which tells the two apart by the request's path (Zaqar's topics: api/routes/topics.py)."""
+    if isinstance(route, PlainRoute):
+        return plain_route(route.method, path, route.endpoint, **{**route.declared, **changes})
+    assert isinstance(route, Route), route
+    return Route(path, route.endpoint, **{**route.declared, **changes})
 
 
 async def _documents_only() -> Response:

@@ -436,6 +436,11 @@ class QueuesPage(BaseModel):
     links: list[Link]
 
 
+class TopicsPage(BaseModel):
+    topics: list[QueueOut]
+    links: list[Link]
+
+
 class Stamp(BaseModel):
     href: str
     age: int

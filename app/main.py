@@ -30,7 +30,7 @@ from api.head import HeadAsGet
 from api.keystone import TokenValidator
 from api.metrics import HttpMetrics
 from api.policy import Policy
-from api.routes import admin, claims, docs, health, messages, queues, redrive, subscriptions
+from api.routes import admin, claims, docs, health, messages, queues, redrive, subscriptions, topics
 from api.routes import metrics as metrics_route
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
@@ -294,8 +294,9 @@ def add_routes(app: FastAPI) -> list[BaseRoute]:
     hot = [r for r in declared if isinstance(r, PlainRoute)]
     app.router.routes[:0] = hot
     app.router.routes.extend(r for r in declared if r not in hot)
-    app.router.routes += metrics_route.router.routes + docs.router.routes  # /docs, /redoc: not documented
-    return declared + metrics_route.router.routes
+    topical = topics.topic_routes()  # after every queue route: a queue's request tries none of them
+    app.router.routes += topical + metrics_route.router.routes + docs.router.routes  # docs: undocumented
+    return declared + topical + metrics_route.router.routes
 
 
 def openapi(app: FastAPI, declared: list[BaseRoute], settings: Settings) -> dict[str, Any]:

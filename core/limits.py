@@ -125,13 +125,17 @@ def _shown(value: object) -> str:
     return repr(value[:80]) if isinstance(value, str) else repr(value)[:80]
 
 
-def check_queue_name(name: str) -> str:
+def check_queue_name(name: str, kind: str = "Queue") -> str:
     if not is_name(name):
         raise InvalidQueueName(
-            "Queue names may only contain ASCII letters, digits, underscores, dashes and dots, "
+            f"{kind} names may only contain ASCII letters, digits, underscores, dashes and dots, "
             f"be 1 to 64 characters long and not be '.' or '..'; got {name[:80]!r}."
         )
     return name
+
+
+def check_topic_name(name: str) -> str:
+    return check_queue_name(name, "Topic")
 
 
 def check_project(project: str | None) -> str:

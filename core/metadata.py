@@ -44,6 +44,20 @@ RETRY_POLICY = "_retry_policy"
 
 MAX_MULTIPLIER = 100.0
 MAX_LEVELS = 32
+# Keys that act on claims and dead letters only: a topic (core.models.TOPIC_SPACE) refuses them
+CLAIM_KEYS = frozenset(
+    {
+        MAX_CLAIM_COUNT,
+        DEAD_LETTER_QUEUE,
+        DEAD_LETTER_TTL,
+        REDELIVERY_DELAY,
+        REDELIVERY_MULTIPLIER,
+        MAX_REDELIVERY_DELAY,
+        REDELIVERY_JITTER,
+        REDELIVERY_LEVELS,
+        DEAD_LETTER_ON_EXPIRY,
+    }
+)
 MAX_CLAIM_COUNT_BOUND = 2**31 - 1
 _LEVEL_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _LEVEL_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}

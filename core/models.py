@@ -15,12 +15,42 @@ DeadLetterReason = Literal["max_claims", "expired", "rejected"]
 T = TypeVar("T")
 
 
+# A project's topics (Zaqar's /v2/topics) are the queues of a space of their own, the project's id and this:
+# no project id has a comma (core/limits.check_project), so no project's queues are another's topics, and
+# every driver keeps, counts, expires, notifies and purges a topic's messages as a queue's.
+TOPIC_SPACE = ",topics"
+
+
+def topics_of(project: str) -> str:
+    """The space whose queues are `project`'s topics."""
+    return project + TOPIC_SPACE
+
+
+def kind_of(project: str) -> Literal["queues", "topics"]:
+    """What the queues of `project` (a project, or a project's topic space) are to the API."""
+    return "topics" if project.endswith(TOPIC_SPACE) else "queues"
+
+
+def owner_of(project: str) -> str:
+    """The project whose queues or topics those of `project` are."""
+    return project.removesuffix(TOPIC_SPACE)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueRef:
-    """A queue inside a project; every storage call is scoped by it."""
+    """A queue inside a project (or a topic, inside the project's topic space); every storage call is scoped
+    by it."""
 
     project: str
     name: str
+
+    @property
+    def kind(self) -> Literal["queues", "topics"]:
+        return kind_of(self.project)
+
+    @property
+    def href(self) -> str:
+        return f"/v2/{self.kind}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)

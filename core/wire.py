@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from core.limits import MAX_TIME_MS, MIN_TIME_MS
 from core.models import PROVENANCE, DeadLetter, Message, MessageStamp, ProvenanceField
@@ -23,8 +23,10 @@ def iso(ms: int) -> str:
     return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
-def message_href(queue: str, message_id: str, claim_id: str | None = None) -> str:
-    href = f"/v2/queues/{queue}/messages/{message_id}"
+def message_href(
+    queue: str, message_id: str, claim_id: str | None = None, kind: Literal["queues", "topics"] = "queues"
+) -> str:
+    href = f"/v2/{kind}/{queue}/messages/{message_id}"
     return f"{href}?claim_id={claim_id}" if claim_id else href
 
 
@@ -77,10 +79,12 @@ dead_letter = _provenance_renderer()
 @dataclass(frozen=True, slots=True)
 class Shown:
     """What a read shows beside each message's own fields: the `dead_letter` provenance and
-    `dead_letter_eligible` (EXT, `?provenance=`), and Zaqar's `checksum` (CHARON_ENABLE_CHECKSUM)."""
+    `dead_letter_eligible` (EXT, `?provenance=`), and Zaqar's `checksum` (CHARON_ENABLE_CHECKSUM); `kind`:
+    whether its href is a queue's or a topic's (core.models.QueueRef.kind)."""
 
     provenance: bool = True
     checksum: bool = False
+    kind: Literal["queues", "topics"] = "queues"
 
 
 EVERYTHING = Shown(provenance=True)  # the notifier's documents: provenance always, no checksum
@@ -97,7 +101,7 @@ def checksum(body: Any) -> str | None:
 def message(m: Message, now_ms: int, shown: Shown = EVERYTHING) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": m.id,
-        "href": message_href(m.queue, m.id, m.claim_id if m.is_claimed(now_ms) else None),
+        "href": message_href(m.queue, m.id, m.claim_id if m.is_claimed(now_ms) else None, shown.kind),
         "ttl": m.ttl,
         "age": m.age(now_ms),
         "body": m.body,

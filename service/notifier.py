@@ -25,9 +25,9 @@ from core.clock import Clock
 from core.errors import CharonError
 from core.limits import MAX_TIME_MS
 from core.metadata import RETRY_POLICY
-from core.models import Delivery, QueueRef
+from core.models import Delivery, QueueRef, kind_of
 from core.retry import RetryPolicy, effective_policy, parse_retry_policy
-from core.wire import message
+from core.wire import Shown, message
 from service.delivery import Deliverer, Outcome, confirmation_document
 from service.metrics import NOTIFICATION_LATENCY, NOTIFICATIONS
 from service.outage import Outage, stop_if_cancelled
@@ -47,7 +47,7 @@ def notification_document(d: Delivery, now_ms: int) -> dict[str, Any]:
     """What a subscriber is sent for a message: Zaqar's notification (the message as the API shows it, with
     `queue_name` and `Message_Type`), and for a dead letter its provenance under `dead_letter`."""
     assert d.message is not None
-    doc = message(d.message, now_ms)
+    doc = message(d.message, now_ms, Shown(kind=kind_of(d.project)))
     doc["queue_name"] = d.subscription.queue
     doc["Message_Type"] = "Notification"
     return doc

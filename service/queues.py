@@ -13,6 +13,7 @@ import orjson
 from core.errors import Conflict, InvalidBody, InvalidInput, MetadataChanged, PayloadTooLarge
 from core.limits import Limits, check_json_depth
 from core.metadata import (
+    CLAIM_KEYS,
     DEAD_LETTER_QUEUE,
     FLAVOR,
     DeadLetterDefaults,
@@ -72,6 +73,11 @@ async def check(
     size = len(orjson.dumps(metadata))
     if size > limits.max_queue_metadata:
         raise PayloadTooLarge(f"Queue metadata may be at most {limits.max_queue_metadata} bytes; got {size}.")
+    if q.kind == "topics" and (claims := sorted(CLAIM_KEYS.intersection(metadata))):
+        raise InvalidInput(
+            f"A topic has no claims and no dead-letter queue, so {', '.join(claims)} would have no effect "
+            "on it. Leave them out."
+        )
     policy = parse_policy(metadata, limits, queue=q.name)
     if metadata.get(FLAVOR) is not None and not isinstance(unwrapped(store), PooledStore):
         raise InvalidInput(

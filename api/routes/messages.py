@@ -180,7 +180,7 @@ async def post_messages(request: Request) -> Response:
         body_size=posted.size,
         idempotency=once,
     )
-    base = f"/v2/queues/{q.name}/messages"
+    base = f"{q.href}/messages"
     return json_response(
         {"resources": [f"{base}/{i}" for i in ids]},
         status_code=201,
@@ -235,7 +235,7 @@ async def list_messages(
                 "provenance": str(shown.provenance).lower(),
             }
         )
-        links.append({"rel": "next", "href": f"/v2/queues/{q.name}/messages?{query}"})
+        links.append({"rel": "next", "href": f"{q.href}/messages?{query}"})
     return json_response({"messages": messages(page.items, now, shown), "links": links})
 
 

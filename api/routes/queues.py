@@ -17,6 +17,7 @@ from api.deps import (
     ProjectDep,
     QueueDep,
     StoreDep,
+    in_topics,
     read_json,
     read_object,
     validate_body,
@@ -115,9 +116,10 @@ async def list_queues(
     pairs = [(k, v) for k, v in request.query_params.multi_items() if k not in ListQuery.model_fields]
     chosen = QueueFilter.of(name, pairs)
     items, next_marker = await queue_cases.page(store, project, chosen, marker, size, detailed)
+    kind = "topics" if in_topics(request) else "queues"  # the topics' listing is this one (routes/topics.py)
     queues = []
     for info in items:
-        item: dict[str, Any] = {"name": info.name, "href": f"/v2/queues/{info.name}"}
+        item: dict[str, Any] = {"name": info.name, "href": f"/v2/{kind}/{info.name}"}
         if detailed:
             item["metadata"] = info.metadata
         queues.append(item)
@@ -126,8 +128,8 @@ async def list_queues(
         query = [("marker", next_marker), ("limit", str(size)), ("detailed", str(detailed).lower())]
         query += [("name", name)] if name is not None else []
         query += [("with_count", "true")] if with_count else []
-        links.append({"rel": "next", "href": f"/v2/queues?{urlencode(query + pairs)}"})
-    body: dict[str, Any] = {"queues": queues, "links": links}
+        links.append({"rel": "next", "href": f"/v2/{kind}?{urlencode(query + pairs)}"})
+    body: dict[str, Any] = {kind: queues, "links": links}
     if with_count:
         body["count"] = await queue_cases.count(store, project, chosen)
     return json_response(body)
@@ -150,7 +152,7 @@ async def create_queue(
 ) -> Response:
     body = await read_object(request, max_size=limits.max_queue_metadata, what="Queue metadata")
     created = await queue_cases.create(store, q, body, limits=limits, defaults=defaults)
-    return Response(status_code=201 if created else 204, headers={"Location": f"/v2/queues/{q.name}"})
+    return Response(status_code=201 if created else 204, headers={"Location": q.href})
 
 
 @router.get("/v2/queues/{queue_name}", summary="Queue metadata, reserved keys filled with their defaults")

@@ -137,7 +137,7 @@ async def list_subscriptions(
     links = []
     if page.next_marker is not None:
         query = urlencode({"marker": page.next_marker, "limit": size})
-        links.append({"rel": "next", "href": f"/v2/queues/{q.name}/subscriptions?{query}"})
+        links.append({"rel": "next", "href": f"{q.href}/subscriptions?{query}"})
     return json_response({"subscriptions": [_shown(s, now) for s in page.items], "links": links})
 
 

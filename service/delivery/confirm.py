@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urljoin
 
-from core.models import Subscription
+from core.models import Subscription, kind_of, owner_of
 from core.signing import SignedGrant, format_expires
 
 # Message_Type values (Zaqar's notifier.MessageType names)
@@ -18,8 +18,8 @@ UNSUBSCRIBE_CONFIRMATION = "UnsubscribeConfirmation"
 NOTIFICATION = "Notification"
 
 
-def confirm_path(queue: str, subscription_id: str, api_version: str = "v2") -> str:
-    return f"/{api_version}/queues/{queue}/subscriptions/{subscription_id}/confirm"
+def confirm_path(queue: str, subscription_id: str, api_version: str = "v2", kind: str = "queues") -> str:
+    return f"/{api_version}/{kind}/{queue}/subscriptions/{subscription_id}/confirm"
 
 
 def confirmation_document(
@@ -37,17 +37,19 @@ def confirmation_document(
     default subscription ttl for a notice). `public_endpoint` (the service's public URL, Zaqar's catalog
     endpoint) adds WSGISubscribeURL, the URL to PUT to. `queue_name` is there too, as Zaqar's webhook task
     adds it to every document it posts."""
-    path = confirm_path(subscription.queue, subscription.id, api_version)
-    grant = SignedGrant(paths=(path,), methods=("PUT",), project=project, expires=format_expires(expires))
+    path = confirm_path(subscription.queue, subscription.id, api_version, kind_of(project))
+    owner = owner_of(project)  # a topic's subscriber confirms as the project, at the topic's path
+    grant = SignedGrant(paths=(path,), methods=("PUT",), project=owner, expires=format_expires(expires))
+    what = "topic" if kind_of(project) == "topics" else "queue"  # Zaqar's texts, for a topic too
     if unsubscribed:
         message_type = UNSUBSCRIBE_CONFIRMATION
         message = (
-            f"You have unsubscribed successfully to the queue: {subscription.queue}, you can resubscribe it "
+            f"You have unsubscribed successfully to the {what}: {subscription.queue}, you can resubscribe it "
             "by using confirmed=True."
         )
     else:
         message_type = SUBSCRIPTION_CONFIRMATION
-        message = f"You have chosen to subscribe to the queue: {subscription.queue}"
+        message = f"You have chosen to subscribe to the {what}: {subscription.queue}"
     document: dict[str, Any] = {}
     if public_endpoint:
         document["WSGISubscribeURL"] = urljoin(public_endpoint, path)
@@ -58,7 +60,7 @@ def confirmation_document(
             "URL-Signature": grant.signature(key),
             "URL-Methods": "PUT",
             "URL-Paths": path,
-            "X-Project-ID": project,
+            "X-Project-ID": owner,
             "URL-Expires": grant.expires,
             "SubscribeBody": {"confirmed": True},
             "UnsubscribeBody": {"confirmed": False},

@@ -179,7 +179,7 @@ async def test_keystone_unreachable_is_503_never_allowed(
 
 ID = "0" * 32
 PATHS = {"{queue_name}": "q1", "{message_id}": ID, "{claim_id}": ID, "{task_id}": ID}
-PATHS |= {"{pool_name}": "p1", "{flavor_name}": "f1"}
+PATHS |= {"{pool_name}": "p1", "{flavor_name}": "f1", "{topic_name}": "t1"}
 
 
 def concrete(path: str) -> str:

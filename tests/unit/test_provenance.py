@@ -57,7 +57,7 @@ def by_hand(d: DeadLetter) -> dict[str, Any]:
 def test_the_wire_shows_the_provenance_as_it_did_byte_for_byte(d: DeadLetter) -> None:
     assert orjson.dumps(wire.dead_letter(d)) == orjson.dumps(by_hand(d))
     m = Message(MessageId("m"), "dlq", {"a": 1}, 60, NOW - 1_000, NOW + 59_000, dead_letter=d)
-    assert "dead_letter" not in wire.message(m, NOW, provenance=False)
+    assert "dead_letter" not in wire.message(m, NOW, wire.Shown(provenance=False))
     shown = wire.message(m, NOW)
     assert orjson.dumps(shown["dead_letter"]) == orjson.dumps(by_hand(d))
     assert MessageOut.model_validate(shown).model_dump(exclude_unset=True) == shown
