@@ -15,10 +15,15 @@ KEYSTONE   ?= keystone==30.0.0
 TEMPEST_VENV  := .venv-tempest
 TEMPEST_STAMP := $(TEMPEST_VENV)/.installed
 TEMPEST       ?= tempest==47.0.0 zaqar-tempest-plugin==4.3.0
+# ... and the functional tests the zaqar package ships (tests/acceptance/test_zaqar_functional.py), with what
+# they import and the package does not require
+ZAQAR_VENV    := .venv-zaqar
+ZAQAR_STAMP   := $(ZAQAR_VENV)/.installed
+ZAQAR         ?= zaqar==23.0.1 oslotest ddt pymongo redis
 
 .PHONY: install system-deps redis-server java insights run test test-fast tempest lint fmt typecheck openapi docs insights-report-png bench clean
 
-install: $(STAMP) $(KS_STAMP) $(TEMPEST_STAMP)
+install: $(STAMP) $(KS_STAMP) $(TEMPEST_STAMP) $(ZAQAR_STAMP)
 
 # $(call apt-package,PACKAGE,CHECK,ALTERNATIVE): when the shell command CHECK fails, install Debian's PACKAGE
 # with apt-get as root; otherwise say how, and ALTERNATIVE, and fail.
@@ -86,6 +91,12 @@ $(TEMPEST_STAMP):
 	$(TEMPEST_VENV)/bin/pip install -q $(TEMPEST)
 	touch $(TEMPEST_STAMP)
 
+$(ZAQAR_STAMP):
+	$(PY) -m venv $(ZAQAR_VENV)
+	$(ZAQAR_VENV)/bin/pip install -q --upgrade pip
+	$(ZAQAR_VENV)/bin/pip install -q $(ZAQAR)
+	touch $(ZAQAR_STAMP)
+
 # Zaqar's v2 API tests (zaqar-tempest-plugin) against `charon serve` in Keystone mode: tests/tempest.py.
 # `make test` runs them too (tests/acceptance/test_tempest.py).
 tempest: install
@@ -148,4 +159,4 @@ insights-report-png:
 	  --screenshot=$(CURDIR)/docs/insights-report.png file://$(CURDIR)/docs/example/report.html
 
 clean:
-	rm -rf $(VENV) $(KS_VENV) $(TEMPEST_VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) $(KS_VENV) $(TEMPEST_VENV) $(ZAQAR_VENV) .pytest_cache .mypy_cache .ruff_cache site
