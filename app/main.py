@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import BaseRoute
 
+from api import websocket
 from api.access import AccessLog, RequestLog
 from api.auth import Authenticator, AuthMode
 from api.contract import refine
@@ -296,6 +297,7 @@ def add_routes(app: FastAPI) -> list[BaseRoute]:
     app.router.routes.extend(r for r in declared if r not in hot)
     topical = topics.topic_routes()  # after every queue route: a queue's request tries none of them
     app.router.routes += topical + metrics_route.router.routes + docs.router.routes  # docs: undocumented
+    app.router.routes += websocket.ROUTES  # websocket scopes only: GET / is still the versions document
     return declared + topical + metrics_route.router.routes
 
 

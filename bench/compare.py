@@ -38,6 +38,7 @@ from bench.rabbitmq import RabbitMQ, release
 from bench.report import (
     BARE,
     CHARON,
+    CHARON_WS,
     LONG,
     RABBITMQ,
     RABBITMQ_ONE,
@@ -260,6 +261,8 @@ def plan(
         }[workload]
         for name in http:
             yield workload, name, "bench.loadgen", running[name], options
+        if workload in ("produce", "pipeline") and CHARON in running:  # beside HTTP: Zaqar's websocket
+            yield workload, CHARON_WS, "bench.loadgen", running[CHARON], [*options, "--transport", "ws"]
         if amqp is not None and workload in ("produce", "pipeline", "dlq"):
             yield workload, RABBITMQ, "bench.amqp", amqp, options
             if workload == "produce":

@@ -36,6 +36,9 @@ The HTTP client is a small HTTP/1.1 client on asyncio streams (keep-alive when t
 connection when it answers `Connection: close`, as gunicorn's sync workers do): a load generator that costs
 less per request than the servers it measures, so that both share the two cores as evenly as possible.
 
+With --transport ws the timed requests of produce and pipeline are Zaqar's websocket actions instead
+(message_post, claim_create, message_delete, message_delete_many), one websocket a producer or consumer.
+
 Run: .venv/bin/python -m bench.loadgen --url http://127.0.0.1:8888 --workload produce [--json]
 """
 
@@ -58,6 +61,7 @@ from urllib.parse import urlsplit
 from bench.cpu import Meter, pid_list
 
 WORKLOADS = ("produce", "pipeline", "pipeline-bulk", "dlq", "depth", "ping", "idle")
+WS_WORKLOADS = ("produce", "pipeline", "pipeline-bulk")  # --transport ws: their timed requests as actions
 BATCH = 10
 CLAIM_LIMIT = 10
 CLAIM_TTL = 60
@@ -221,6 +225,70 @@ class Connection:
         self.reader = self.writer = None
 
 
+class WsConnection(Connection):
+    """One websocket of Zaqar's transport (api/websocket.py), one action at a time: the requests the timed
+    phases of produce and pipeline make, each as its action, answered in the HTTP shape the workloads read
+    (a post's `resources`, a claim's messages with their hrefs). Anything else is not a websocket action
+    here (set-up and read-back go over HTTP, untimed)."""
+
+    def __init__(
+        self, host: str, port: int, headers: dict[str, str], recorder: Recorder, retries: Counter[str]
+    ):
+        super().__init__(host, port, headers, recorder, retries)
+        self.ws_headers = {k: v for k, v in headers.items() if k in ("Client-ID", "X-Project-ID")}
+        self.ws: Any = None
+
+    async def request(
+        self,
+        kind: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        target, _, query = path.partition("?")
+        params = dict(p.split("=", 1) for p in query.split("&") if p)
+        parts = target.split("/")  # "", "v2", "queues", q, ...
+        queue = parts[3]
+        if (method, parts[4:]) == ("POST", ["messages"]):
+            action, sent = "message_post", {"messages": body["messages"]}
+        elif (method, parts[4:]) == ("POST", ["claims"]):
+            action, sent = "claim_create", {**body, "limit": int(params["limit"])}
+        elif method == "DELETE" and len(parts) == 6 and parts[4] == "messages":
+            action, sent = "message_delete", {"message_id": parts[5], "claim_id": params["claim_id"]}
+        elif method == "DELETE" and parts[4:] == ["messages"]:
+            ids, claims = params["ids"].split(","), params["claim_ids"].split(",")
+            action, sent = "message_delete_many", {"message_ids": ids, "claim_ids": claims}
+        else:
+            raise NotImplementedError(f"{method} {path} over the websocket")
+        frame = json.dumps(
+            {"action": action, "headers": self.ws_headers, "body": {"queue_name": queue, **sent}}
+        )
+        if self.ws is None:
+            from websockets.asyncio.client import connect
+
+            self.ws = await connect(f"ws://{self.host}:{self.port}/", compression=None, max_size=None)
+        self.retried = 0
+        start = time.perf_counter()
+        await self.ws.send(frame)
+        answer = json.loads(await self.ws.recv())
+        status = int(answer["headers"]["status"])
+        self.recorder.add(kind, status, time.perf_counter() - start)
+        out = answer.get("body")
+        if action == "message_post" and status == 201:
+            out = {"resources": [f"/v2/queues/{queue}/messages/{i}" for i in out["message_ids"]]}
+        elif action == "claim_create" and status == 204:
+            out = None
+        return status, out
+
+    def close(self) -> None:
+        if self.ws is not None:
+            ws, self.ws = self.ws, None
+            asyncio.get_running_loop().create_task(ws.close())
+
+
 def message_body(seq: int, run: str) -> dict[str, Any]:
     return {"seq": seq, "run": run, "pad": "x" * PAD}
 
@@ -233,7 +301,8 @@ def href_ids(href: str) -> tuple[str, str | None]:
 
 
 class Client:
-    def __init__(self, url: str, project: str, meter: Meter | None = None) -> None:
+    def __init__(self, url: str, project: str, meter: Meter | None = None, transport: str = "http") -> None:
+        self.transport = transport
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.headers = {"Client-ID": str(uuid.uuid4()), "X-Project-ID": project, "Accept": "application/json"}
@@ -245,12 +314,17 @@ class Client:
         self.counted_by_listing: Counter[str] = Counter()  # see stats_total
 
     def connection(self, recorder: Recorder | None = None) -> Connection:
+        """A connection of the timed phases: HTTP, or with --transport ws a websocket (WsConnection)."""
         rec = recorder or self.recorder
+        if self.transport == "ws":
+            return WsConnection(self.host, self.port, self.headers, rec, self.retries)
         return Connection(self.host, self.port, self.headers, rec, self.retries, self.counted_by_listing)
 
     def untimed(self) -> Connection:
-        """A connection whose requests are not part of the results (set-up and read-back)."""
-        return self.connection(Recorder())
+        """A connection whose requests are not part of the results (set-up and read-back), over HTTP."""
+        return Connection(
+            self.host, self.port, self.headers, Recorder(), self.retries, self.counted_by_listing
+        )
 
 
 async def gather(n: int, worker: Callable[[int], Awaitable[None]]) -> None:
@@ -728,7 +802,9 @@ async def idle(client: Client, args: argparse.Namespace, run: str) -> dict[str, 
 
 async def run_workload(args: argparse.Namespace) -> dict[str, Any]:
     run = uuid.uuid4().hex[:10]
-    client = Client(args.url, args.project, Meter(pid_list(args.server_pids)))
+    if args.transport == "ws" and args.workload not in WS_WORKLOADS:
+        raise SystemExit(f"--transport ws runs {', '.join(WS_WORKLOADS)} only")
+    client = Client(args.url, args.project, Meter(pid_list(args.server_pids)), args.transport)
     start = time.perf_counter()
     result = await globals()[args.workload.replace("-", "_")](client, args, run)
     wall = time.perf_counter() - start
@@ -738,6 +814,7 @@ async def run_workload(args: argparse.Namespace) -> dict[str, Any]:
         "url": args.url,
         "messages": args.idle_messages if args.workload == "idle" else args.messages,
         "concurrency": args.concurrency,
+        "transport": args.transport,
         **result,
         "requests_per_s": client.recorder.requests() / timed if args.workload != "depth" else None,
         "retried_5xx": dict(sorted(client.retries.items())),
@@ -785,6 +862,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-seconds", type=float, default=10.0, help="idle: time with nothing to claim")
     p.add_argument("--idle-messages", type=int, default=1000, help="idle: messages posted after it")
     p.add_argument("--idle-spread", type=float, default=10.0, help="idle: seconds the posts spread over")
+    p.add_argument(
+        "--transport",
+        choices=("http", "ws"),
+        default="http",
+        help="the timed requests over HTTP, or as Zaqar's websocket actions (Charon; produce, pipeline, "
+        "pipeline-bulk)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 

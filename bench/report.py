@@ -16,6 +16,7 @@ Target = tuple[str, float | None, str, bool]  # what, measured (None: its run fa
 # Systems' labels in the results
 CHARON, ZAQAR, RABBITMQ, BARE = "charon", "zaqar", "rabbitmq", "bare_fastapi"
 RABBITMQ_ONE = "rabbitmq one-by-one"
+CHARON_WS = "charon websocket"  # Charon's timed requests as Zaqar's websocket actions (bench/loadgen.py)
 LONG, SHORT, ZAQAR_SHORT = "charon long poll", "charon short poll", "zaqar short poll"
 CLIENT_BOUND = 0.7  # the load generator (one Python process) used this share of a core or more
 

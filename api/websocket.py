@@ -1,0 +1,426 @@
+"""Zaqar's websocket transport: its JSON action protocol (zaqar/api/v2, zaqar/transport/websocket), served at
+`/` and `/v2/ws` on the API's own port (`ws://host:8888/`, as Zaqar's `ws://host:9000/`).
+
+A client sends one JSON object a frame (text, or binary MessagePack as Zaqar takes it):
+`{"action": "message_post", "headers": {"Client-ID": ..., "X-Project-ID": ...}, "body": {"queue_name": ...,
+"messages": [...]}}`, and gets one back: `{"request": {...}, "body": ..., "headers": {"status": 201, ...}}`.
+
+Each action is the HTTP call of the same meaning (ACTIONS), made through the app itself in process: the
+same identity (a Keystone token from `authenticate`, kept for the connection; a pre-signed URL's headers),
+policy rule, validation, limits, store call, access log line, request id and metrics as over HTTP, and so the
+same status. Only the shapes differ where Zaqar's websocket answers differ from its HTTP ones (`message_ids`
+for a post, `claim_id` on a claim's messages, a sentence for a queue created, `{"error": ...}` for an error).
+Frames are answered one at a time, in order. What Charon does not do over a websocket: notify a connection
+that subscribes itself (`subscription_create` without a subscriber is a 400), and pool or flavor actions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import msgpack
+import orjson
+from starlette.routing import WebSocketRoute
+from starlette.types import Message, Scope
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from api.access import IGNORED_HEADER
+from api.auth import AuthMode
+from api.state import state_of
+
+Q = "/v2/queues/{queue_name}"
+# Headers an action's `headers` may carry into its HTTP call; any other is left out (and named).
+FORWARDED = (
+    "Client-ID",
+    "X-Project-ID",
+    "X-Auth-Token",
+    "X-Roles",
+    "URL-Signature",
+    "URL-Expires",
+    "URL-Methods",
+    "URL-Paths",
+    "Idempotency-Key",
+    "X-OpenStack-Request-ID",
+)
+SECRET = frozenset({"x-auth-token", "url-signature"})  # never echoed back in the answer's `request`
+# Headers of the websocket's own handshake that are not the caller's: not forwarded to each call.
+HANDSHAKE_ONLY = frozenset(
+    {b"connection", b"upgrade", b"content-length", b"content-type", b"transfer-encoding", b"host"}
+)
+MAX_FRAME_SLACK = 64 * 1024
+IGNORED = IGNORED_HEADER.decode()  # a frame may be this much larger than the largest post it carries
+
+
+@dataclass(frozen=True)
+class Action:
+    """One of Zaqar's websocket actions as an HTTP call: `path` filled from the body's fields, `query` the
+    body's fields sent as query parameters, `json` those sent in the JSON body (`json_from`: one body field
+    that is the JSON body, as queue_create's `metadata`), `said` Zaqar's sentence for a success without a
+    body, `shape` Zaqar's body from the HTTP answer's."""
+
+    method: str
+    path: str
+    query: tuple[str, ...] = ()
+    json: tuple[str, ...] = ()
+    json_from: str | None = None
+    said: str | None = None
+    shape: Callable[[Any, Mapping[str, str], Mapping[str, Any]], Any] | None = None
+    required: tuple[str, ...] = field(default=())
+
+    def fields(self) -> set[str]:
+        named = {part[1:-1] for part in self.path.split("/") if part.startswith("{")}
+        return named | set(self.query) | set(self.json) | ({self.json_from} if self.json_from else set())
+
+
+def _claim_of(href: str) -> str | None:
+    return href.split("claim_id=", 1)[1] if "claim_id=" in href else None
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    """A message as Zaqar's websocket shows it: with its `claim_id` (None when not claimed)."""
+    return {**m, "claim_id": _claim_of(m.get("href", ""))}
+
+
+def _messages(body: Any, _h: Mapping[str, str], _b: Mapping[str, Any]) -> Any:
+    if isinstance(body, dict) and isinstance(body.get("messages"), list):
+        return {**body, "messages": [_message(m) for m in body["messages"]]}
+    return body
+
+
+def _one_message(body: Any, _h: Mapping[str, str], _b: Mapping[str, Any]) -> Any:
+    return {"messages": _message(body)}  # Zaqar's websocket: one message under `messages`
+
+
+def _posted(body: Any, _h: Mapping[str, str], _b: Mapping[str, Any]) -> Any:
+    return {"message_ids": [href.rsplit("/", 1)[1] for href in body["resources"]]}
+
+
+def _claimed(body: Any, headers: Mapping[str, str], _b: Mapping[str, Any]) -> Any:
+    if body is None:  # 204: nothing to claim
+        return {"claim_id": None}
+    location = headers.get("location", "")
+    return {"claim_id": location.rsplit("/", 1)[1], "messages": [_message(m) for m in body["messages"]]}
+
+
+def _subscribed(body: Any, _h: Mapping[str, str], sent: Mapping[str, Any]) -> Any:
+    return {**body, "message": f"Subscription {sent.get('queue_name')} created."}
+
+
+ACTIONS: dict[str, Action] = {
+    "get_home_doc": Action("GET", "/v2"),
+    "check_node_health": Action("GET", "/v2/health"),
+    "ping_node": Action("GET", "/v2/ping"),
+    "queue_list": Action("GET", "/v2/queues", query=("marker", "limit", "detailed")),
+    "queue_create": Action("PUT", Q, json_from="metadata", said="Queue {queue_name} created."),
+    "queue_delete": Action("DELETE", Q, said="Queue {queue_name} removed."),
+    "queue_get": Action("GET", Q),
+    "queue_get_stats": Action("GET", f"{Q}/stats"),
+    "queue_purge": Action("POST", f"{Q}/purge", json=("resource_types",)),
+    "message_list": Action(
+        "GET",
+        f"{Q}/messages",
+        query=("marker", "limit", "echo", "include_claimed", "include_delayed"),
+        shape=_messages,
+    ),
+    "message_get": Action("GET", f"{Q}/messages/{{message_id}}", shape=_one_message),
+    "message_get_many": Action("GET", f"{Q}/messages", query=("message_ids",), shape=_messages),
+    "message_post": Action(
+        "POST", f"{Q}/messages", json=("messages",), shape=_posted, required=("messages",)
+    ),
+    "message_delete": Action("DELETE", f"{Q}/messages/{{message_id}}", query=("claim_id",)),
+    "message_delete_many": Action(
+        "DELETE", f"{Q}/messages", query=("message_ids", "claim_ids", "pop"), shape=_messages
+    ),
+    "claim_create": Action("POST", f"{Q}/claims", query=("limit",), json=("ttl", "grace"), shape=_claimed),
+    "claim_get": Action("GET", f"{Q}/claims/{{claim_id}}", shape=_messages),
+    "claim_update": Action(
+        "PATCH", f"{Q}/claims/{{claim_id}}", json=("ttl", "grace"), said="Claim {claim_id} updated."
+    ),
+    "claim_delete": Action("DELETE", f"{Q}/claims/{{claim_id}}", said="Claim {claim_id} deleted."),
+    "subscription_list": Action("GET", f"{Q}/subscriptions", query=("marker", "limit")),
+    "subscription_create": Action(
+        "POST", f"{Q}/subscriptions", json=("subscriber", "ttl", "options"), shape=_subscribed
+    ),
+    "subscription_delete": Action(
+        "DELETE", f"{Q}/subscriptions/{{subscription_id}}", said="Subscription {subscription_id} removed."
+    ),
+    "subscription_get": Action("GET", f"{Q}/subscriptions/{{subscription_id}}"),
+}
+QUERY_NAMES = {"message_ids": "ids"}  # a body field sent under another name as a query parameter
+
+
+class Refused(Exception):
+    """A frame answered without an HTTP call: its status and Zaqar's error text."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status, self.error = status, error
+
+
+@dataclass
+class Connection:
+    """One websocket: its handshake's headers (a trusted gateway's identity among them), the Keystone token
+    `authenticate` gave, and whether it speaks MessagePack."""
+
+    scope: Scope
+    base: list[tuple[bytes, bytes]]
+    token: str | None = None
+
+    @classmethod
+    def of(cls, websocket: WebSocket) -> Connection:
+        base = [
+            (k, v)
+            for k, v in websocket.scope["headers"]
+            if k not in HANDSHAKE_ONLY and not k.startswith(b"sec-websocket")
+        ]
+        return cls(websocket.scope, base)
+
+    async def answer(self, payload: Any) -> dict[str, Any]:
+        """The answer to one decoded frame."""
+        action = payload.get("action") if isinstance(payload, dict) else None
+        sent_headers = payload.get("headers") if isinstance(payload, dict) else None
+        body = payload.get("body", {}) if isinstance(payload, dict) else None
+        echo = {"action": action, "body": body, "api": "v2", "headers": _shown(sent_headers)}
+        try:
+            if not isinstance(payload, dict):
+                raise Refused(400, "Unexpected body type. Expected dict or dict like.")
+            if not isinstance(action, str):
+                raise Refused(400, "action: required, the name of one of Zaqar's websocket actions.")
+            if sent_headers is None:
+                sent_headers = {}
+            if not isinstance(sent_headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in sent_headers.items()
+            ):
+                raise Refused(400, "headers: must be an object of strings (Client-ID, X-Project-ID, ...).")
+            if body is None:
+                body = {}
+            if not isinstance(body, dict):
+                raise Refused(400, "body: must be an object.")
+            if action == "authenticate":
+                return await self._authenticate(sent_headers, echo)
+            status, headers, out = await self._call(action, sent_headers, body)
+        except Refused as refused:
+            return {"request": echo, "body": {"error": refused.error}, "headers": {"status": refused.status}}
+        return {"request": echo, "body": out, "headers": {"status": status, **headers}}
+
+    async def _authenticate(self, sent: dict[str, str], echo: dict[str, Any]) -> dict[str, Any]:
+        """Zaqar's `authenticate`: the token is checked now (GET /v2 with it) and sent with every later
+        action of the connection that sends none of its own."""
+        token = sent.get("X-Auth-Token")
+        if state_of_scope(self.scope).auth.mode == AuthMode.KEYSTONE:
+            if not token:
+                raise Refused(400, "authenticate: X-Auth-Token is required.")
+            headers = _headers(self.base, {**_forwarded(sent)[0], "X-Auth-Token": token})
+            status, _, _ = await dispatch(self.scope, "GET", "/v2", b"", headers, b"")
+            if status != 200:
+                self.token = None
+                return {
+                    "request": echo,
+                    "body": {"error": "Authentication failed."},
+                    "headers": {"status": status},
+                }
+            self.token = token
+        return {"request": echo, "body": {"message": "Authentified."}, "headers": {"status": 200}}
+
+    async def _call(
+        self, name: str, sent: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, dict[str, str], Any]:
+        action = ACTIONS.get(name)
+        if action is None:
+            raise Refused(
+                400, f"Invalid action: {name[:40]!r} (one of {', '.join(sorted(ACTIONS))}, authenticate)."
+            )
+        if name == "subscription_create" and not body.get("subscriber"):
+            raise Refused(
+                400,
+                "subscriber: required. Charon does not notify a websocket connection that subscribes itself; "
+                "subscribe a webhook (http:// or https://) or a mailto: address.",
+            )
+        missing = [f for f in (*_path_fields(action.path), *action.required) if f not in body]
+        if missing:
+            raise Refused(400, f"body.{missing[0]}: required for {name}.")
+        path = action.path
+        for f in _path_fields(action.path):
+            value = body[f]
+            if not isinstance(value, str) or not value or "/" in value or len(value) > 256:
+                raise Refused(
+                    400, f"body.{f}: must be a name or id (a string of 1 to 256 characters, no '/')."
+                )
+            path = path.replace(f"{{{f}}}", value)
+        query = [(QUERY_NAMES.get(f, f), _query_value(f, body[f])) for f in action.query if f in body]
+        if action.json_from is not None:
+            document = body.get(action.json_from, {})
+        else:
+            document = {f: body[f] for f in action.json if f in body}
+        data = orjson.dumps(document) if action.json or action.json_from else b""
+        forwarded, left_out = _forwarded(sent)
+        if self.token and "X-Auth-Token" not in forwarded:
+            forwarded["X-Auth-Token"] = self.token
+        ignored = sorted((set(body) - action.fields()) | set(left_out))
+        if ignored and state_of_scope(self.scope).strict_parameters:
+            raise Refused(
+                400,
+                f"{name} does not take {', '.join(i[:40] for i in ignored[:10])} (CHARON_STRICT_PARAMETERS).",
+            )
+        headers = _headers(self.base, forwarded, json=bool(data))
+        status, answer_headers, raw = await dispatch(
+            self.scope, action.method, path, urlencode(query).encode(), headers, data
+        )
+        out: dict[str, str] = {}
+        for k in ("x-openstack-request-id", IGNORED, "retry-after"):
+            if k in answer_headers:
+                out[k] = answer_headers[k]
+        if ignored:
+            out[IGNORED] = ",".join(quote(i[:40], safe="") for i in ignored[:10])
+        parsed = orjson.loads(raw) if raw else None
+        if status >= 400:
+            error = parsed if isinstance(parsed, dict) else {}
+            description = error.get("description", raw.decode(errors="replace")[:500])
+            return status, out, {**error, "error": description, "exception": error.get("title", "")}
+        if action.shape is not None:
+            return status, out, action.shape(parsed, answer_headers, body)
+        if parsed is None:
+            return status, out, action.said.format(**body) if action.said else {}
+        return status, out, parsed
+
+
+def state_of_scope(scope: Scope) -> Any:
+    return state_of(scope["app"])
+
+
+def _path_fields(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
+
+
+def _query_value(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | str):
+        return str(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise Refused(400, f"body.{name}: must be a string, a whole number, true or false, or a list of strings.")
+
+
+def _forwarded(sent: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The action's headers an HTTP call carries, and the names of those it does not."""
+    names = {n.lower(): n for n in FORWARDED}
+    kept = {names[k.lower()]: v for k, v in sent.items() if k.lower() in names}
+    return kept, [k for k in sent if k.lower() not in names]
+
+
+def _headers(
+    base: list[tuple[bytes, bytes]], forwarded: Mapping[str, str], *, json: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """The HTTP call's headers: the handshake's (a gateway vouched for them, so they win), then the action's
+    (`json`: with a JSON body)."""
+    have = {k for k, _ in base}
+    out = list(base)
+    for name, value in forwarded.items():
+        key = name.lower().encode("latin-1")
+        if key not in have:
+            out.append((key, value.encode("latin-1", errors="replace")))
+    if json:
+        out.append((b"content-type", b"application/json"))
+    return out
+
+
+def _shown(headers: Any) -> Any:
+    if not isinstance(headers, dict):
+        return headers
+    return {k: v for k, v in headers.items() if not (isinstance(k, str) and k.lower() in SECRET)}
+
+
+async def dispatch(
+    ws_scope: Scope, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP call through the app itself (its middleware, router and handlers), as uvicorn would make it
+    for a request from the websocket's peer: status, headers (names lowercased) and body."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": ws_scope.get("asgi", {"version": "3.0"}),
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "https" if ws_scope.get("scheme") == "wss" else "http",
+        "path": path,
+        "raw_path": quote(path).encode(),
+        "root_path": ws_scope.get("root_path", ""),
+        "query_string": query,
+        "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        "client": ws_scope.get("client"),
+        "server": ws_scope.get("server"),
+        "state": dict(ws_scope.get("state", {})),
+    }
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    status = 500
+    answer_headers: dict[str, str] = {}
+    chunks: list[bytes] = []
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            for k, v in message.get("headers", []):
+                answer_headers[k.decode("latin-1").lower()] = v.decode("latin-1")
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await ws_scope["app"](scope, receive, send)
+    return status, answer_headers, b"".join(chunks)
+
+
+async def serve(websocket: WebSocket) -> None:
+    """A websocket connection: each frame decoded, answered and sent back in the frame's format."""
+    await websocket.accept()
+    connection = Connection.of(websocket)
+    most = state_of(websocket).limits.max_messages_post_size + MAX_FRAME_SLACK
+    try:
+        while True:
+            frame = await websocket.receive()
+            if frame["type"] == "websocket.disconnect":
+                return
+            binary = frame.get("bytes") is not None
+            raw: bytes | str = frame["bytes"] if binary else frame.get("text") or ""
+            answer = await _answer(connection, raw, binary, most)
+            if binary:
+                await websocket.send_bytes(msgpack.packb(answer, use_bin_type=False))
+            else:
+                await websocket.send_text(orjson.dumps(answer).decode())
+    except WebSocketDisconnect:
+        return
+
+
+async def _answer(connection: Connection, raw: bytes | str, binary: bool, most: int) -> dict[str, Any]:
+    if len(raw) > most:
+        error = (
+            f"A frame may be at most {most} bytes (the largest post, CHARON_LIMITS__MAX_MESSAGES_POST_SIZE, "
+            f"and 64 KiB); got {len(raw)}."
+        )
+        return {"request": {}, "body": {"error": error}, "headers": {"status": 413}}
+    try:
+        if (
+            binary
+        ):  # MessagePack's values JSON cannot hold (bytes, NaN) are refused as the HTTP API refuses them
+            payload = msgpack.unpackb(raw, raw=False)
+            json.dumps(payload, allow_nan=False)
+        else:  # as strict as the HTTP API's bodies: no NaN, no integer beyond 64 bits, no lone surrogate
+            payload = orjson.loads(raw)
+    except Exception as exc:  # any undecodable frame is the client's: a 400 naming why
+        kind = "binary (MessagePack)" if binary else "text (JSON)"
+        error = f"Can't decode {kind} request. {type(exc).__name__}: {str(exc)[:200]}"
+        return {"request": {}, "body": {"error": error}, "headers": {"status": 400}}
+    return await connection.answer(payload)
+
+
+ROUTES = [WebSocketRoute("/", serve), WebSocketRoute("/v2/ws", serve)]
