@@ -26,7 +26,7 @@ from core.limits import (
     Limits,
     max_delete_ids,
 )
-from core.metadata import RESERVED, RESERVED_KEYS, ReservedKey, bound
+from core.metadata import CLAIM_KEYS, RESERVED_KEYS, ReservedKey, bound
 from core.queue_filter import MAX_FILTER_VALUE, MAX_FILTERS
 
 Schema = dict[str, Any]
@@ -263,19 +263,20 @@ def _responses(path: str, method: str, operation: Schema, auth: str) -> None:
             response["description"] = STATUS_TEXT.get(int(key), response.get("description", ""))
 
 
-def _metadata_schema(limits: Limits) -> Schema:
+def _metadata_schema(limits: Limits, *, topic: bool = False) -> Schema:
     """The queue metadata body: free-form, with each reserved key's type, bounds and meaning from its row
     (core.metadata.RESERVED_KEYS), and no other key starting with "_" (core.metadata.parse_policy; rules
-    across keys, such as a DLQ cycle, answer 400)."""
+    across keys, such as a DLQ cycle, answer 400). A topic's: without the keys that act on claims."""
+    keys = [k for k in RESERVED_KEYS if not (topic and k.name in CLAIM_KEYS)]
     properties = {
         # null is "unset" for every reserved key
         k.name: {"anyOf": [k.schema(limits), {"type": "null"}], "description": _reserved_key_text(k, limits)}
-        for k in RESERVED_KEYS
+        for k in keys
     }
     return {
         "type": "object",
         "properties": properties,
-        "propertyNames": {"anyOf": [{"pattern": "^(?:[^_]|$)"}, {"enum": list(RESERVED)}]},
+        "propertyNames": {"anyOf": [{"pattern": "^(?:[^_]|$)"}, {"enum": [k.name for k in keys]}]},
         "description": "Free-form metadata (at most CHARON_LIMITS__MAX_QUEUE_METADATA bytes, nested at most "
         "CHARON_LIMITS__MAX_JSON_DEPTH deep); keys starting with `_` are the reserved ones above.",
     }
@@ -305,6 +306,7 @@ def _components(schemas: dict[str, Schema], limits: Limits) -> None:
         text = {"type": "string", "minLength": 1, "maxLength": limits.max_subscriber_length}
         subscriber.update({"anyOf": [text, {"type": "null"}]} if "anyOf" in subscriber else text)
     schemas["QueueMetadata"] = _metadata_schema(limits)
+    schemas["TopicMetadata"] = _metadata_schema(limits, topic=True)
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
 

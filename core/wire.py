@@ -121,11 +121,13 @@ def messages(items: Iterable[Message], now_ms: int, shown: Shown = EVERYTHING) -
     return [message(m, now_ms, shown) for m in items]
 
 
-def stamp(queue: str, s: MessageStamp | None, now_ms: int) -> dict[str, Any] | None:
+def stamp(
+    queue: str, s: MessageStamp | None, now_ms: int, kind: Literal["queues", "topics"] = "queues"
+) -> dict[str, Any] | None:
     if s is None:
         return None
     return {
-        "href": message_href(queue, s.id),
+        "href": message_href(queue, s.id, kind=kind),
         "age": max(0, (now_ms - s.created_ms) // 1000),
         "created": iso(s.created_ms),
     }

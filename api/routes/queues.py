@@ -201,8 +201,8 @@ async def queue_stats(q: QueueDep, store: StoreDep, clock: ClockDep) -> Response
         "dead_letters_received": s.dead_letters_received,
     }
     if s.oldest is not None:
-        counts["oldest"] = stamp(q.name, s.oldest, now)
-        counts["newest"] = stamp(q.name, s.newest, now)
+        counts["oldest"] = stamp(q.name, s.oldest, now, q.kind)
+        counts["newest"] = stamp(q.name, s.newest, now, q.kind)
     return json_response({"messages": counts})
 
 

@@ -23,6 +23,11 @@ from api.schemas import TopicsPage
 Q = "/v2/queues/{queue_name}"
 T = "/v2/topics/{topic_name}"
 S = "/subscriptions/{subscription_id}"
+TOPIC_METADATA_BODY = {  # the queue's metadata without the keys that act on claims (api/contract.py)
+    "requestBody": {
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TopicMetadata"}}}
+    }
+}
 
 # (method, the queue route's path, the topic route's rule, its summary, what it changes besides)
 ROUTES: tuple[tuple[str, str, str, str, dict[str, Any]], ...] = (
@@ -33,7 +38,13 @@ ROUTES: tuple[tuple[str, str, str, str, dict[str, Any]], ...] = (
         "List the project's topics (filters: `name`, and `key=value` on metadata, as for queues)",
         {"response_model": TopicsPage},
     ),
-    ("PUT", Q, "topics:create", "Create a topic (201), or leave an existing one as it is (204)", {}),
+    (
+        "PUT",
+        Q,
+        "topics:create",
+        "Create a topic (201), or leave an existing one as it is (204)",
+        {"openapi_extra": TOPIC_METADATA_BODY},
+    ),
     ("GET", Q, "topics:get", "Topic metadata, reserved keys filled with their defaults", {}),
     ("PATCH", Q, "topics:update", "Update a topic's metadata (JSON patch)", {}),
     ("DELETE", Q, "topics:delete", "Delete a topic with its messages and subscriptions", {}),
@@ -76,7 +87,11 @@ def topic_routes() -> list[BaseRoute]:
     routes = []
     for method, path, rule, summary, changes in ROUTES:
         route = declared[(method, path)]
-        extra = {**(route.declared.get("openapi_extra") or {}), RULE_KEY: rule}
+        changes = dict(changes)
+        extra = {
+            **(changes.pop("openapi_extra", None) or route.declared.get("openapi_extra") or {}),
+            RULE_KEY: rule,
+        }
         routes.append(
             served_at(
                 route,

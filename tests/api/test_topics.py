@@ -55,6 +55,7 @@ async def test_a_topic_lives_apart_from_the_queues(client: httpx.AsyncClient) ->
     await post(client, "/v2/queues/news", "a queue's")  # the same name, another thing
     stats = (await client.get(f"{T}/stats")).json()["messages"]
     assert (stats["total"], stats["free"]) == (2, 2)
+    assert (stats["oldest"]["href"], stats["newest"]["href"]) == (resources[0], resources[1])
     assert (await client.get("/v2/queues/news/stats")).json()["messages"]["total"] == 1
 
     one = (await client.get(resources[0])).json()
