@@ -62,10 +62,11 @@ class Cors(CORSMiddleware):
         super().__init__(
             app,
             allow_origins=origins,
+            # any origin: a literal `*`, which browsers refuse with credentials (as oslo.middleware has it)
             allow_methods=methods,
             allow_headers=headers,
             expose_headers=expose,
-            allow_credentials=credentials,
+            allow_credentials=credentials and "*" not in origins,
             max_age=max_age,
         )
 
@@ -74,17 +75,18 @@ class Cors(CORSMiddleware):
         if answer.status_code == 200:
             return answer
         refused = bytes(answer.body).decode().removeprefix("Disallowed CORS ")
+        asked = request_headers.get("access-control-request-headers", "")
+        unknown = [h.strip() for h in asked.split(",") if h.strip().lower() not in self.allow_headers]
         said = {
-            "origin": f"origin {request_headers['origin'][:100]!r}",
-            "method": f"method {request_headers['access-control-request-method'][:20]!r}",
-            "headers": "a header of Access-Control-Request-Headers",
+            "origin": f"the origin {request_headers['origin'][:100]!r}",
+            "method": f"the method {request_headers['access-control-request-method'][:20]!r}",
+            "headers": f"the header {unknown[0][:64]!r}" if unknown else "a requested header",
             "private-network": "private network access",
         }
         what = ", ".join(said.get(r, r) for r in refused.split(", "))
+        # nothing of what is allowed is told to a page of any origin: the browser needs only the refusal
         return error_response(
             400,
             "Preflight refused",
-            f"This service does not allow the {what} across origins (CHARON_CORS__*: origins "
-            f"{', '.join(self.allow_origins) or 'any'}; methods {', '.join(self.allow_methods)}).",
-            headers={k: v for k, v in answer.headers.items() if k.lower().startswith("access-control-")},
+            f"This service does not allow {what} across origins (an operator allows them: CHARON_CORS__*).",
         )

@@ -191,18 +191,26 @@ async def read_json(request: Request, *, max_size: int, what: str) -> JsonBody:
         raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {len(raw)}.")
     if not raw.strip():
         return JsonBody(None, 0, 0)
+    value = parse_json(raw, state_of(request).limits.max_json_depth)
+    return JsonBody(value, len(raw), raw.count(b"[") + raw.count(b"{"))
+
+
+def parse_json(raw: bytes, max_depth: int) -> Any:
+    """`raw` as JSON, as strictly as every body is read (read_json; Zaqar's websocket frames,
+    api/websocket.py): 400 for text that is not JSON, holds an integer outside INT_RANGE, or nests past what
+    is read at all."""
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith("depth limit exceeded"):
-            raise _too_deep(request) from None
+            raise _too_deep(max_depth) from None
         raise InvalidBody(f"Request body could not be parsed: it is not valid JSON ({exc}).") from None
     if _LONG_RUN in raw.translate(_DIGITS):
         try:
             _check_integers(raw)
         except RecursionError:  # deeper than the standard library reads: far past any depth limit
-            raise _too_deep(request) from None
-    return JsonBody(value, len(raw), raw.count(b"[") + raw.count(b"{"))
+            raise _too_deep(max_depth) from None
+    return value
 
 
 def _check_charset(content_type: str | None) -> None:
@@ -236,8 +244,7 @@ def _check_integers(raw: bytes) -> None:
     json.loads(raw, parse_int=parse_int)
 
 
-def _too_deep(request: Request) -> InvalidBody:
-    limit = state_of(request).limits.max_json_depth
+def _too_deep(limit: int) -> InvalidBody:
     return InvalidBody(
         f"The body nests objects and arrays hundreds of levels deep; message bodies and metadata may nest "
         f"at most {limit} (CHARON_LIMITS__MAX_JSON_DEPTH)."

@@ -46,6 +46,7 @@ class AppState:
     defaults: DeadLetterDefaults  # CHARON_DEFAULT_MAX_CLAIM_COUNT, CHARON_DEAD_LETTER_QUEUE_TEMPLATE
     provenance: bool  # CHARON_PROVENANCE: the default of ?provenance=
     checksum: bool  # CHARON_ENABLE_CHECKSUM: each message read shows Zaqar's `checksum`
+    cors_origins: tuple[str, ...]  # CHARON_CORS__ALLOWED_ORIGIN: pages that may open a websocket too
     strict_parameters: bool  # CHARON_STRICT_PARAMETERS: refuse an unknown query parameter (else ignore it)
     admin_mode: bool  # CHARON_ADMIN_MODE
     idempotency_window_ms: int  # CHARON_IDEMPOTENCY_WINDOW

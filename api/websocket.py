@@ -16,10 +16,12 @@ that subscribes itself (`subscription_create` without a subscriber is a 400), an
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import msgpack
 import orjson
@@ -29,8 +31,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from api.access import IGNORED_HEADER
 from api.auth import AuthMode
+from api.deps import parse_json
 from api.state import state_of
+from core.errors import CharonError
+from core.limits import json_depth_exceeds
 
+log = logging.getLogger("charon.websocket")
 Q = "/v2/queues/{queue_name}"
 # Headers an action's `headers` may carry into its HTTP call; any other is left out (and named).
 FORWARDED = (
@@ -51,6 +57,9 @@ HANDSHAKE_ONLY = frozenset(
     {b"connection", b"upgrade", b"content-length", b"content-type", b"transfer-encoding", b"host"}
 )
 MAX_FRAME_SLACK = 64 * 1024
+FRAME_NESTING = 4  # a frame's levels above a message's body: the frame, its body, messages, the message
+MAX_HEADER = 8192  # characters of one header's value (uvicorn's own bound on a request's header line)
+HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # what HTTP lets a header's value be: no CR, LF, NUL
 IGNORED = IGNORED_HEADER.decode()  # a frame may be this much larger than the largest post it carries
 
 
@@ -195,6 +204,13 @@ class Connection:
                 isinstance(k, str) and isinstance(v, str) for k, v in sent_headers.items()
             ):
                 raise Refused(400, "headers: must be an object of strings (Client-ID, X-Project-ID, ...).")
+            for k, v in sent_headers.items():
+                if len(v) > MAX_HEADER or not HEADER_TEXT.fullmatch(v):
+                    raise Refused(
+                        400,
+                        f"headers.{k[:40]}: at most {MAX_HEADER} characters of printable Latin-1 text, as an "
+                        "HTTP header's value.",
+                    )
             if body is None:
                 body = {}
             if not isinstance(body, dict):
@@ -203,7 +219,7 @@ class Connection:
                 return await self._authenticate(sent_headers, echo)
             status, headers, out = await self._call(action, sent_headers, body)
         except Refused as refused:
-            return {"request": echo, "body": {"error": refused.error}, "headers": {"status": refused.status}}
+            return _refused(echo, refused.status, refused.error)
         return {"request": echo, "body": out, "headers": {"status": status, **headers}}
 
     async def _authenticate(self, sent: dict[str, str], echo: dict[str, Any]) -> dict[str, Any]:
@@ -213,15 +229,11 @@ class Connection:
         if state_of_scope(self.scope).auth.mode == AuthMode.KEYSTONE:
             if not token:
                 raise Refused(400, "authenticate: X-Auth-Token is required.")
-            headers = _headers(self.base, {**_forwarded(sent)[0], "X-Auth-Token": token})
+            headers = _headers(self.base, {**self._forwarded(sent)[0], "X-Auth-Token": token})
             status, _, _ = await dispatch(self.scope, "GET", "/v2", b"", headers, b"")
             if status != 200:
                 self.token = None
-                return {
-                    "request": echo,
-                    "body": {"error": "Authentication failed."},
-                    "headers": {"status": status},
-                }
+                return _refused(echo, status, "Authentication failed.")
             self.token = token
         return {"request": echo, "body": {"message": "Authentified."}, "headers": {"status": 200}}
 
@@ -256,7 +268,7 @@ class Connection:
         else:
             document = {f: body[f] for f in action.json if f in body}
         data = orjson.dumps(document) if action.json or action.json_from else b""
-        forwarded, left_out = _forwarded(sent)
+        forwarded, left_out = self._forwarded(sent)
         if self.token and "X-Auth-Token" not in forwarded:
             forwarded["X-Auth-Token"] = self.token
         ignored = sorted((set(body) - action.fields()) | set(left_out))
@@ -279,12 +291,24 @@ class Connection:
         if status >= 400:
             error = parsed if isinstance(parsed, dict) else {}
             description = error.get("description", raw.decode(errors="replace")[:500])
-            return status, out, {**error, "error": description, "exception": error.get("title", "")}
+            return status, out, {**error, "error": description, "exception": description}
+        if parsed is None and action.shape is not _claimed:  # no body: Zaqar's sentence, or {}
+            return status, out, action.said.format(**body) if action.said else {}
         if action.shape is not None:
             return status, out, action.shape(parsed, answer_headers, body)
-        if parsed is None:
-            return status, out, action.said.format(**body) if action.said else {}
         return status, out, parsed
+
+    def _forwarded(self, sent: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+        """The action's headers its HTTP call carries, and the names of those it does not. Behind a trusted
+        gateway (CHARON_AUTH=trusted-proxy) the identity is the handshake's, which the gateway vouched for: a
+        frame's X-Project-ID (but with a pre-signed URL's signature, which binds it) and X-Roles are not."""
+        names = {n.lower(): n for n in FORWARDED}
+        kept = {names[k.lower()]: v for k, v in sent.items() if k.lower() in names}
+        left_out = [k for k in sent if k.lower() not in names]
+        if state_of_scope(self.scope).auth.mode == AuthMode.TRUSTED_PROXY:
+            vouched = ["X-Roles", "X-Auth-Token"] + ([] if "URL-Signature" in kept else ["X-Project-ID"])
+            left_out += [name for name in vouched if kept.pop(name, None) is not None]
+        return kept, left_out
 
 
 def state_of_scope(scope: Scope) -> Any:
@@ -298,18 +322,13 @@ def _path_fields(path: str) -> list[str]:
 def _query_value(name: str, value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, float) and value.is_integer():  # 60.0 is 60, as in the HTTP API's bodies
+        value = int(value)
     if isinstance(value, int | str):
         return str(value)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return ",".join(value)
     raise Refused(400, f"body.{name}: must be a string, a whole number, true or false, or a list of strings.")
-
-
-def _forwarded(sent: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
-    """The action's headers an HTTP call carries, and the names of those it does not."""
-    names = {n.lower(): n for n in FORWARDED}
-    kept = {names[k.lower()]: v for k, v in sent.items() if k.lower() in names}
-    return kept, [k for k in sent if k.lower() not in names]
 
 
 def _headers(
@@ -381,18 +400,32 @@ async def dispatch(
 
 
 async def serve(websocket: WebSocket) -> None:
-    """A websocket connection: each frame decoded, answered and sent back in the frame's format."""
+    """A websocket connection: each frame decoded, answered and sent back in the frame's format. A browser
+    page's handshake (it carries `Origin`) is refused (403) unless the page is the service's own or CORS lets
+    its origin in: browsers apply no CORS to websockets, so any page could otherwise drive the API."""
+    state = state_of(websocket)
+    origin = websocket.headers.get("origin")
+    if origin is not None and not _origin_allowed(
+        origin, websocket.headers.get("host", ""), state.cors_origins
+    ):
+        await websocket.close(code=1008)  # before the handshake's answer: uvicorn answers it 403
+        return
     await websocket.accept()
     connection = Connection.of(websocket)
-    most = state_of(websocket).limits.max_messages_post_size + MAX_FRAME_SLACK
+    limits = state.limits
+    most = limits.max_messages_post_size + MAX_FRAME_SLACK
     try:
         while True:
             frame = await websocket.receive()
             if frame["type"] == "websocket.disconnect":
                 return
             binary = frame.get("bytes") is not None
-            raw: bytes | str = frame["bytes"] if binary else frame.get("text") or ""
-            answer = await _answer(connection, raw, binary, most)
+            raw = frame["bytes"] if binary else (frame.get("text") or "").encode()
+            try:
+                answer = await _answer(connection, raw, binary, most, limits.max_json_depth + FRAME_NESTING)
+            except Exception:  # a bug: the frame is answered 500 (and logged), the connection goes on
+                log.exception("websocket frame failed")
+                answer = _refused(None, 500, "The service failed to answer this frame; it is logged.")
             if binary:
                 await websocket.send_bytes(msgpack.packb(answer, use_bin_type=False))
             else:
@@ -401,25 +434,46 @@ async def serve(websocket: WebSocket) -> None:
         return
 
 
-async def _answer(connection: Connection, raw: bytes | str, binary: bool, most: int) -> dict[str, Any]:
+def _origin_allowed(origin: str, host: str, allowed: tuple[str, ...]) -> bool:
+    """Whether a browser page of `origin` may open a websocket: one served by this service (the same host,
+    and port when the Host header has one), or one CORS allows (CHARON_CORS__ALLOWED_ORIGIN)."""
+    if "*" in allowed or origin in allowed:
+        return True
+    netloc = urlsplit(origin).netloc.lower()
+    host = host.lower()
+    return bool(netloc) and (netloc == host or (":" not in host and netloc.split(":")[0] == host))
+
+
+def _refused(echo: dict[str, Any] | None, status: int, error: str) -> dict[str, Any]:
+    """Zaqar's websocket error: its `exception` and `error`, both the description here."""
+    echo = echo or {"action": None, "body": {}, "api": "v2", "headers": {}}
+    return {"request": echo, "body": {"exception": error, "error": error}, "headers": {"status": status}}
+
+
+async def _answer(connection: Connection, raw: bytes, binary: bool, most: int, depth: int) -> dict[str, Any]:
     if len(raw) > most:
         error = (
             f"A frame may be at most {most} bytes (the largest post, CHARON_LIMITS__MAX_MESSAGES_POST_SIZE, "
             f"and 64 KiB); got {len(raw)}."
         )
-        return {"request": {}, "body": {"error": error}, "headers": {"status": 413}}
+        return _refused(None, 413, error)
+    kind = "binary (MessagePack)" if binary else "text (JSON)"
     try:
-        if (
-            binary
-        ):  # MessagePack's values JSON cannot hold (bytes, NaN) are refused as the HTTP API refuses them
+        if binary:  # MessagePack's values JSON cannot hold (bytes, NaN): refused as the HTTP API refuses them
             payload = msgpack.unpackb(raw, raw=False)
             json.dumps(payload, allow_nan=False)
         else:  # as strict as the HTTP API's bodies: no NaN, no integer beyond 64 bits, no lone surrogate
-            payload = orjson.loads(raw)
+            payload = parse_json(raw, depth)
+    except CharonError as exc:
+        return _refused(None, 400, f"Can't decode {kind} request. {exc}")
     except Exception as exc:  # any undecodable frame is the client's: a 400 naming why
-        kind = "binary (MessagePack)" if binary else "text (JSON)"
-        error = f"Can't decode {kind} request. {type(exc).__name__}: {str(exc)[:200]}"
-        return {"request": {}, "body": {"error": error}, "headers": {"status": 400}}
+        return _refused(None, 400, f"Can't decode {kind} request. {type(exc).__name__}: {str(exc)[:200]}")
+    if json_depth_exceeds(payload, depth):
+        error = (
+            f"The frame nests objects and arrays more than {depth} levels deep: message bodies and metadata "
+            f"may nest {depth - FRAME_NESTING} (CHARON_LIMITS__MAX_JSON_DEPTH), a frame {FRAME_NESTING} more."
+        )
+        return _refused(None, 400, error)
     return await connection.answer(payload)
 
 

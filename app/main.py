@@ -256,6 +256,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         defaults=settings.dead_letter_defaults(),
         provenance=settings.provenance,
         checksum=settings.enable_checksum,
+        cors_origins=tuple(settings.cors.allowed_origin),
         strict_parameters=settings.strict_parameters,
         admin_mode=settings.admin_mode,
         idempotency_window_ms=settings.idempotency_window * 1000,

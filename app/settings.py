@@ -97,7 +97,8 @@ def _listed(value: object) -> object:
     return value
 
 
-ORIGIN = r"^(\*|https?://[^/\s,]+)$"
+# `*`, or scheme://host[:port] as a browser sends it: lowercase, no path, no user, a port that exists
+ORIGIN = r"^(\*|https?://(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]*[a-z0-9])?)(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?)$"
 
 
 class CorsSettings(BaseModel):
@@ -107,9 +108,12 @@ class CorsSettings(BaseModel):
         default_factory=list,
         max_length=100,
         description="Origins whose pages may call the API, `<scheme>://<host>[:<port>]` without a trailing "
-        "slash, comma-separated (`https://horizon.example.com,https://console.example.com`), or `*` for "
-        "any. Empty (the default): CORS is off, no CORS header is sent, and a preflight is a 405 as any "
-        "OPTIONS.",
+        "slash, lowercase as browsers send it, comma-separated "
+        "(`https://horizon.example.com,https://console.example.com`), or `*` for any page, which then may "
+        "not send credentials (browsers refuse a credentialed answer to `*`, as oslo.middleware gives it). "
+        "Empty (the default): CORS is off, no CORS header is sent, and a preflight is a 405 as any OPTIONS. "
+        "These origins' pages may open Zaqar's websocket too; a browser page of any other origin but the "
+        "service's own may not.",
     )
     allow_credentials: bool = Field(
         True,

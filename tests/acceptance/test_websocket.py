@@ -129,13 +129,43 @@ def test_bad_frames_are_answered_and_the_connection_goes_on(service: CharonProce
             ),
             ({"action": "queue_list", "headers": {"Client-ID": HEADERS["Client-ID"]}}, 400, "X-Project-ID"),
             ("x" * (400 * 1024), 413, "at most"),
+            ('{"action": "ping_node", "body": {"x": ' + "[" * 260 + "]" * 260 + "}}", 400, "levels deep"),
+            ('{"action": "ping_node", "body": {"x": ' + "[" * 1100 + "]" * 1100 + "}}", 400, "levels deep"),
+            (
+                '{"action": "message_post", "headers": '
+                + json.dumps(HEADERS)
+                + ', "body": {"queue_name": "q", "messages": [{"body": {"n": 18446744073709551616}}]}}',
+                400,
+                "64-bit",
+            ),
+            (
+                {
+                    "action": "queue_get",
+                    "headers": {**HEADERS, "X-Project-ID": "a\r\nX-Roles: admin"},
+                    "body": {},
+                },
+                400,
+                "headers.X-Project-ID",
+            ),
         ]
         for frame, status, said in cases:
             answer = raw(conn, frame)
-            assert answer["headers"]["status"] == status, (frame, answer)
-            assert said in answer["body"]["error"], (frame, answer)
+            assert answer["headers"]["status"] == status, (str(frame)[:200], answer)
+            assert said in answer["body"]["error"], (str(frame)[:200], answer)
+            assert answer["body"]["exception"] == answer["body"]["error"]  # Zaqar's: the detail in both
         ok = raw(conn, {"action": "queue_get", "headers": HEADERS, "body": {"queue_name": "q", "typo": 1}})
         assert (ok["headers"]["status"], ok["headers"]["charon-ignored-parameters"]) == (200, "typo")
+        posted = raw(
+            conn,
+            {
+                "action": "message_post",
+                "headers": HEADERS,
+                "body": {"queue_name": "q", "messages": [{"body": 1}]},
+            },
+        )
+        gone = {"queue_name": "q", "message_ids": posted["body"]["message_ids"]}
+        deleted = raw(conn, {"action": "message_delete_many", "headers": HEADERS, "body": gone})
+        assert (deleted["headers"]["status"], deleted["body"]) == (204, {})
         packed = raw(
             conn,
             {
@@ -221,5 +251,51 @@ def test_keystones_authenticate_holds_for_the_connection(keystone: KeystoneServe
     try:
         with zaqar(proc, token=keystone.token("alice", "alpha"), project=alpha) as ws:
             assert send(ws, ws_url(proc), "queue_get_stats", queue_name="ks").status_code == 200
+    finally:
+        proc.stop()
+
+
+def test_a_browser_page_of_another_origin_may_not_open_one(service: CharonProcess) -> None:
+    """Browsers apply no CORS to websockets: a page of any site could drive the API (noauth on loopback, a
+    gateway's cookies). A handshake with an Origin other than the service's own (or CORS allows) is 403."""
+    with pytest.raises(wsclient.WebSocketBadStatusException) as refused:
+        wsclient.create_connection(ws_url(service), origin="https://evil.example.com")
+    assert refused.value.status_code == 403
+    own = wsclient.create_connection(ws_url(service))  # websocket-client sends the service's own origin
+    assert raw(own, {"action": "ping_node", "headers": HEADERS})["headers"]["status"] == 204
+    own.close()
+    bare = wsclient.create_connection(ws_url(service), suppress_origin=True)  # not a browser: no Origin
+    assert raw(bare, {"action": "ping_node", "headers": HEADERS})["headers"]["status"] == 204
+    bare.close()
+
+
+def test_behind_a_trusted_gateway_the_identity_is_the_handshakes(
+    redis_url: str, tmp_path: pytest.TempPathFactory
+) -> None:
+    """CHARON_AUTH=trusted-proxy: the gateway vouched for the handshake's headers and cannot see into frames,
+    so a frame's X-Roles and X-Project-ID are not the caller's identity (named as ignored)."""
+    policy = tmp_path / "policy.yaml"  # type: ignore[operator]
+    policy.write_text('"queues:get_all": "role:admin"\n')
+    env = {"CHARON_AUTH": "trusted-proxy", "CHARON_POLICY_FILE": str(policy)}
+    proc = CharonProcess(redis_url, namespace=f"wstp{uuid.uuid4().hex[:8]}", env=env).start()
+    try:
+        vouched = ["X-Identity-Status: Confirmed", "X-User-ID: u1", "X-Project-ID: tenant-a"]
+        conn = wsclient.create_connection(ws_url(proc), header=vouched, suppress_origin=True)
+        frame = {"action": "queue_list", "headers": {"Client-ID": HEADERS["Client-ID"], "X-Roles": "admin"}}
+        listed = raw(conn, frame)
+        assert listed["headers"]["status"] == 403, listed
+        conn.close()
+        no_project = ["X-Identity-Status: Confirmed", "X-User-ID: u1", "X-Roles: admin"]
+        conn = wsclient.create_connection(ws_url(proc), header=no_project, suppress_origin=True)
+        frame = {
+            "action": "queue_create",
+            "headers": {"Client-ID": HEADERS["Client-ID"], "X-Project-ID": "victim"},
+            "body": {"queue_name": "pwn"},
+        }
+        made = raw(conn, frame)
+        assert made["headers"]["status"] == 400, made  # no project: the gateway named none
+        assert "X-Project-ID" in made["body"]["error"]
+        assert made["headers"]["charon-ignored-parameters"] == "X-Project-ID"
+        conn.close()
     finally:
         proc.stop()
