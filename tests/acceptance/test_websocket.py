@@ -17,6 +17,7 @@ from zaqarclient.transport import errors as zerrors
 from zaqarclient.transport import request as zrequest
 from zaqarclient.transport.ws import WebsocketTransport
 
+from tests.api.test_share import signed as share_headers
 from tests.keystone import KeystoneServer
 from tests.servers import CharonProcess
 
@@ -190,15 +191,7 @@ def test_a_pre_signed_urls_headers_allow_what_it_allows(service: CharonProcess) 
         headers=HEADERS,
     )
     assert shared.status_code == 200, shared.text
-    grant = shared.json()
-    signed = {
-        "URL-Signature": grant["signature"],
-        "URL-Expires": grant["expires"],
-        "URL-Methods": ",".join(grant["methods"]),
-        "URL-Paths": ",".join(grant["paths"]),
-        "X-Project-ID": grant["project"],
-        "Client-ID": str(uuid.uuid4()),
-    }
+    signed = share_headers(shared.json())
     conn = wsclient.create_connection(ws_url(service))
     try:
         post = {"queue_name": "shared", "messages": [{"body": "signed"}]}

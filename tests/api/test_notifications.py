@@ -54,6 +54,15 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
+def confirming() -> Settings:
+    """A service whose subscribers must confirm (Zaqar's require_confirmation), signing with KEY."""
+    notifications = NotificationSettings(
+        allowed_networks=tuple(LOOPBACK_NETWORKS),  # type: ignore[arg-type]
+        require_confirmation=True,
+    )
+    return Settings(storage_uri="redis://unused", notifications=notifications, signed_url_key=KEY)
+
+
 async def notify(app: FastAPI) -> int:
     """One round of the app's notifier, waited to its end: how many deliveries it leased."""
     notifier = state_of(app).notifier
@@ -187,12 +196,7 @@ async def test_a_hanging_subscriber_times_out_and_the_others_are_served(
 async def test_with_confirmation_required_only_the_signed_confirm_turns_notifications_on(
     store: Store, clock: ManualClock, smtp_receiver: SmtpReceiver, webhook_receiver: HttpReceiver
 ) -> None:
-    notifications = NotificationSettings(
-        allowed_networks=tuple(LOOPBACK_NETWORKS),  # type: ignore[arg-type]
-        require_confirmation=True,
-    )
-    settings = Settings(storage_uri="redis://unused", notifications=notifications, signed_url_key=KEY)
-    app = create_app(settings, store=store, clock=clock)
+    app = create_app(confirming(), store=store, clock=clock)
     try:
         async with api_client(app) as client:
             hook = webhook_receiver.url_for("/confirm-me")

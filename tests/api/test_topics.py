@@ -16,7 +16,7 @@ from app.settings import Settings
 from core.clock import ManualClock
 from service.delivery import NotificationSettings
 from storage.base import Store
-from tests.api.test_notifications import KEY, notify, subscribe
+from tests.api.test_notifications import KEY, confirming, notify, subscribe
 from tests.conftest import PROJECT, api_client
 from tests.receivers import LOOPBACK_NETWORKS, HttpReceiver
 
@@ -128,12 +128,7 @@ async def test_every_subscriber_of_a_topic_is_told_of_every_message(
 async def test_a_topic_subscriber_confirms_through_its_signed_url(
     store: Store, clock: ManualClock, webhook_receiver: HttpReceiver
 ) -> None:
-    notifications = NotificationSettings(
-        allowed_networks=tuple(LOOPBACK_NETWORKS),  # type: ignore[arg-type]
-        require_confirmation=True,
-    )
-    settings = Settings(storage_uri="redis://unused", notifications=notifications, signed_url_key=KEY)
-    app = create_app(settings, store=store, clock=clock)
+    app = create_app(confirming(), store=store, clock=clock)
     try:
         async with api_client(app) as client:
             sid = await subscribe(client, webhook_receiver.url_for("/confirm-me"), queue=T)
