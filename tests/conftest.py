@@ -252,9 +252,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 SPARK_TESTS = "tests/pipeline/"
 # Started first, in this order: the longest units of work, so that no worker idles at the end. Zaqar's tempest
-# tests (about 3 minutes) mostly sleep (one test's 140 s), as do the zaqar package's (61 s): beside Spark on
-# the other worker, that is free.
-FIRST = (SPARK_TESTS, "tests/acceptance/test_tempest.py", "tests/acceptance/test_zaqar_functional.py")
+# tests (about 3 minutes) mostly sleep (one test's 140 s), as do the zaqar package's (61 s, in the same file):
+# beside Spark on the other worker, that is free.
+FIRST = (SPARK_TESTS, "tests/acceptance/test_tempest.py")
 
 
 @pytest.hookimpl(tryfirst=True)
