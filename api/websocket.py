@@ -287,16 +287,7 @@ class Connection:
                 out[k] = answer_headers[k]
         if ignored:
             out[IGNORED] = ",".join(quote(i[:40], safe="") for i in ignored[:10])
-        parsed = orjson.loads(raw) if raw else None
-        if status >= 400:
-            error = parsed if isinstance(parsed, dict) else {}
-            description = error.get("description", raw.decode(errors="replace")[:500])
-            return status, out, {**error, "error": description, "exception": description}
-        if parsed is None and action.shape is not _claimed:  # no body: Zaqar's sentence, or {}
-            return status, out, action.said.format(**body) if action.said else {}
-        if action.shape is not None:
-            return status, out, action.shape(parsed, answer_headers, body)
-        return status, out, parsed
+        return status, out, _zaqar_body(name, action, status, answer_headers, raw, body)
 
     def _forwarded(self, sent: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
         """The action's headers its HTTP call carries, and the names of those it does not. Behind a trusted
@@ -309,6 +300,28 @@ class Connection:
             vouched = ["X-Roles", "X-Auth-Token"] + ([] if "URL-Signature" in kept else ["X-Project-ID"])
             left_out += [name for name in vouched if kept.pop(name, None) is not None]
         return kept, left_out
+
+
+def _zaqar_body(
+    name: str, action: Action, status: int, headers: Mapping[str, str], raw: bytes, sent: Mapping[str, Any]
+) -> Any:
+    """The body of an action's answer, as Zaqar's websocket gives it, from its HTTP call's answer."""
+    try:
+        parsed = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:  # not the app's JSON (a bug's page): passed on as text
+        parsed = raw.decode(errors="replace")[:2000]
+    if status >= 400:
+        error = parsed if isinstance(parsed, dict) else {}
+        description = error.get("description", raw.decode(errors="replace")[:500])
+        return {**error, "error": description, "exception": description}
+    if parsed is None and action.shape is not _claimed:  # no body: Zaqar's sentence, or {}
+        return action.said.format(**sent) if action.said else {}
+    if action.shape is not None:
+        try:
+            return action.shape(parsed, headers, sent)
+        except Exception:  # a bug: the call's own answer, so that its status still says what was done
+            log.exception("websocket answer of %s not shaped", name)
+    return parsed
 
 
 def state_of_scope(scope: Scope) -> Any:
