@@ -97,14 +97,11 @@ async def client_id(request: Request) -> str:
 
 def _queue_and_client(request: Request) -> tuple[QueueRef, str]:
     identity = identity_of(request)
-    params = request.path_params
-    name = params.get("queue_name")
-    if name is None:  # a topic's route
-        q = QueueRef(
-            project=topics_of(check_project(identity.project)), name=check_topic_name(params[TOPIC_NAME])
-        )
+    project = check_project(identity.project)
+    if in_topics(request):
+        q = QueueRef(project=topics_of(project), name=check_topic_name(request.path_params[TOPIC_NAME]))
     else:
-        q = QueueRef(project=check_project(identity.project), name=check_queue_name(name))
+        q = QueueRef(project=project, name=check_queue_name(request.path_params["queue_name"]))
     return q, check_client_id(identity.client)
 
 
