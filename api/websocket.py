@@ -171,8 +171,8 @@ class Refused(Exception):
 
 @dataclass
 class Connection:
-    """One websocket: its handshake's headers (a trusted gateway's identity among them), the Keystone token
-    `authenticate` gave, and whether it speaks MessagePack."""
+    """One websocket: its handshake's headers (a trusted gateway's identity among them) and the Keystone
+    token `authenticate` gave. A frame is answered in its own format, JSON or MessagePack (`serve`)."""
 
     scope: Scope
     base: list[tuple[bytes, bytes]]
