@@ -1,6 +1,7 @@
 """Who a Keystone token belongs to: validated with keystoneauth1 (OpenStack's own client library), the
 service's own credentials in a keystoneauth1 Session, and each answer cached until the token expires (or for
-`cache_seconds`, whichever comes first) in a bounded cache.
+`cache_seconds`, whichever comes first) in a bounded cache. And the Keystone trusts of `trust+` subscribers
+(`Trustee`): the service user is their trustee, as Zaqar's [trustee] user is.
 
 keystonemiddleware's `auth_token` is not used: it is WSGI middleware, and its in-process cache (used when no
 memcached is configured) has no size bound and walks every entry on each read. The validation is the same
@@ -16,6 +17,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 import cachetools
 from keystoneauth1 import access
@@ -30,6 +32,8 @@ log = logging.getLogger("charon.keystone")
 INVALID_CACHE_SECONDS = 60  # how long a token Keystone refused is refused without asking again
 CREDENTIALS_RETRY_S = 10.0  # after Keystone refused the service user's password
 LOG_EVERY_S = 10.0  # Keystone failures are logged at most this often (one line, with how many since)
+TRUST_TOKEN_MARGIN_S = 60.0  # a trust's token is got again this long before it expires
+MAX_TRUST_TOKENS = 10_000  # trust-scoped tokens kept per process (one per trust+ subscription notified)
 
 
 class KeystoneSettings(BaseModel):
@@ -69,6 +73,19 @@ class KeystoneSettings(BaseModel):
         return self.www_authenticate_uri or self.auth_url
 
 
+def service_session(settings: KeystoneSettings) -> ks_session.Session:
+    """A keystoneauth1 Session authenticated as the service user (its token got, and renewed, as needed)."""
+    auth = v3.Password(
+        auth_url=settings.auth_url,
+        username=settings.username,
+        password=settings.password.get_secret_value(),
+        project_name=settings.project_name,
+        user_domain_name=settings.user_domain_name,
+        project_domain_name=settings.project_domain_name,
+    )
+    return ks_session.Session(auth=auth, timeout=settings.timeout)
+
+
 @dataclass(frozen=True, slots=True)
 class TokenInfo:
     project: str
@@ -91,15 +108,7 @@ class TokenValidator:
             )
         self.settings = settings
         self.authenticate_uri = settings.authenticate_uri
-        auth = v3.Password(
-            auth_url=settings.auth_url,
-            username=settings.username,
-            password=settings.password.get_secret_value(),
-            project_name=settings.project_name,
-            user_domain_name=settings.user_domain_name,
-            project_domain_name=settings.project_domain_name,
-        )
-        self._session = ks_session.Session(auth=auth, timeout=settings.timeout)
+        self._session = service_session(settings)
         self._url = settings.auth_url.rstrip("/") + "/auth/tokens"
         self._cache: cachetools.TLRUCache[bytes, TokenInfo] = cachetools.TLRUCache(
             settings.cache_size, ttu=self._until, timer=time.time
@@ -222,3 +231,126 @@ class TokenValidator:
             user=info.user_id,
             expires=expires.timestamp() if expires else time.time(),
         )
+
+
+class Trustee:
+    """The service user as the trustee of Keystone trusts, for Zaqar's `trust+http(s)` subscribers: `make`
+    creates a trust with the caller's own token (the caller is its trustor: its roles on its project are
+    delegated to the service user, with impersonation, until the subscription expires: Zaqar's
+    create_trust_id), and `token` gets a token scoped to a trust (the caller's identity, for the webhook to
+    act as it), kept until a minute before it expires. keystoneauth1 is blocking: each call runs in a
+    thread, at most `max_concurrent` at a time."""
+
+    def __init__(self, settings: KeystoneSettings) -> None:
+        self.settings = settings
+        self._session = service_session(settings)
+        self._trusts = settings.auth_url.rstrip("/") + "/OS-TRUST/trusts"
+        self._tokens: cachetools.TLRUCache[str, tuple[str, float]] = cachetools.TLRUCache(
+            MAX_TRUST_TOKENS, ttu=lambda _trust, token, _now: token[1] - TRUST_TOKEN_MARGIN_S, timer=time.time
+        )
+        self._slots = asyncio.Semaphore(settings.max_concurrent)
+
+    async def make(
+        self, token: str, user: str, project: str, roles: tuple[str, ...], expires: datetime
+    ) -> str:
+        """The id of a new trust from `user` (whose `token` this is) to the service user, of `roles` on
+        `project`, ending at `expires`. NotAuthorized (403) when Keystone refuses it (its reason said),
+        Unauthenticated when the token is no longer valid, IdentityUnavailable when Keystone cannot be
+        asked: in every case no trust was made."""
+        async with self._slots:
+            return await asyncio.to_thread(self._make, token, user, project, roles, expires)
+
+    def _make(self, token: str, user: str, project: str, roles: tuple[str, ...], expires: datetime) -> str:
+        trust = {
+            "trustor_user_id": user,
+            "project_id": project,
+            "impersonation": True,
+            "roles": [{"name": role} for role in roles],
+            "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+        try:
+            trust["trustee_user_id"] = self._session.get_user_id()
+            resp = self._session.post(
+                self._trusts,
+                json={"trust": trust},
+                headers={"X-Auth-Token": token},
+                authenticated=False,
+                raise_exc=False,
+            )
+        except ks_exceptions.Unauthorized:
+            raise IdentityUnavailable(
+                "Keystone refused the service's own credentials (CHARON_KEYSTONE__USERNAME, PASSWORD), so no "
+                "trust can be made for a trust+ subscriber."
+            ) from None
+        except ks_exceptions.ClientException as exc:
+            raise IdentityUnavailable(
+                f"Keystone at {self.settings.auth_url} could not be asked to make a trust for the trust+ "
+                f"subscriber ({type(exc).__name__})."
+            ) from None
+        if resp.status_code == 201:
+            try:
+                return str(resp.json()["trust"]["id"])
+            except (ValueError, KeyError, TypeError):
+                raise IdentityUnavailable("Keystone's answer making a trust could not be read.") from None
+        if resp.status_code == 401:
+            raise Unauthenticated(
+                "Keystone refused the X-Auth-Token when asked to make a trust with it (expired or revoked): "
+                "get a new token.",
+                self.settings.authenticate_uri,
+            )
+        if 400 <= resp.status_code < 500:
+            raise NotAuthorized(
+                "A trust+ subscriber is notified with a Keystone trust from the caller to this service, and "
+                f"Keystone refused to make it ({resp.status_code}: {_keystone_error(resp)}). A token that is "
+                "itself a trust's cannot make one."
+            )
+        raise IdentityUnavailable(f"Keystone answered {resp.status_code} when asked to make a trust.")
+
+    async def forget(self, token: str, trust_id: str) -> None:
+        """Delete a trust that serves nothing (its subscription was not made), with its trustor's token.
+        Best effort: one left behind ends when it expires."""
+        url = f"{self._trusts}/{trust_id}"
+        try:
+            async with self._slots:
+                await asyncio.to_thread(
+                    self._session.delete,
+                    url,
+                    headers={"X-Auth-Token": token},
+                    authenticated=False,
+                    raise_exc=False,
+                )
+        except ks_exceptions.ClientException as exc:
+            log.warning("unused trust %s not deleted (%s): it ends when it expires", trust_id, exc)
+
+    async def token(self, trust_id: str) -> str:
+        """A token scoped to the trust: the trustor's identity, as the trust delegates it. Any exception
+        when Keystone will not give one (the trust expired, was deleted, or Keystone is away): the caller
+        tries again later."""
+        cached = self._tokens.get(trust_id)
+        if cached is not None:
+            return cached[0]
+        async with self._slots:
+            got = await asyncio.to_thread(self._trust_token, trust_id)
+        self._tokens[trust_id] = got
+        return got[0]
+
+    def _trust_token(self, trust_id: str) -> tuple[str, float]:
+        auth = v3.Password(
+            auth_url=self.settings.auth_url,
+            username=self.settings.username,
+            password=self.settings.password.get_secret_value(),
+            user_domain_name=self.settings.user_domain_name,
+            trust_id=trust_id,
+        )
+        granted = auth.get_access(ks_session.Session(timeout=self.settings.timeout))
+        expires = granted.expires.timestamp() if granted.expires else time.time() + TRUST_TOKEN_MARGIN_S
+        return str(granted.auth_token), expires
+
+
+def _keystone_error(resp: object) -> str:
+    """Keystone's error message from its answer, bounded."""
+    try:
+        message = resp.json()["error"]["message"]  # type: ignore[attr-defined]
+    except Exception:
+        return "no reason given"
+    return str(message)[:300]

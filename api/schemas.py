@@ -279,16 +279,19 @@ class FlavorPatch(FlavorIn):
 
 SUBSCRIBER_DOC = (
     "Who is told of each message: an `http://` or `https://` URL (a webhook: each message is POSTed to it "
-    "as JSON) or a `mailto:` address (an e-mail through the service's SMTP server, subject from `?subject=`)."
-    " At most CHARON_LIMITS__MAX_SUBSCRIBER_LENGTH (2,048) characters, no user:password@; a webhook on a "
-    "loopback, link-local or otherwise reserved address is refused unless the operator allows its network "
-    "(CHARON_NOTIFICATIONS__ALLOWED_NETWORKS)."
+    "as JSON), a `trust+http://` or `trust+https://` one (Zaqar's trust notifier: with CHARON_AUTH=keystone, "
+    "the service makes a Keystone trust from the caller to itself, kept in `options.trust_id`, and sends the "
+    "webhook a token of it in X-Auth-Token), or a `mailto:` address (an e-mail through the service's SMTP "
+    "server, subject from `?subject=`). At most CHARON_LIMITS__MAX_SUBSCRIBER_LENGTH (2,048) characters, "
+    "no user:password@; a webhook on a loopback, link-local or otherwise reserved address is refused unless "
+    "the operator allows its network (CHARON_NOTIFICATIONS__ALLOWED_NETWORKS)."
 )
 OPTIONS_DOC = (
     "Zaqar's options, kept as given (at most CHARON_LIMITS__MAX_SUBSCRIPTION_OPTIONS bytes): `post_data` "
     '(a string: the webhook\'s body, where `"$zaqar_message$"` is replaced by the notification), '
     "`post_headers` (an object of header strings), `_retry_policy` (as the queue's: overrides it unless the "
-    "queue's says `ignore_subscription_override`), `subject` and `from` for mailto."
+    "queue's says `ignore_subscription_override`), `subject` and `from` for mailto; `trust_id` is the "
+    "service's for a trust+ subscriber (400 when another is given)."
 )
 
 

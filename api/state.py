@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: the modules that read the state import th
 
     from api.access import AccessLog
     from api.auth import Authenticator
+    from api.keystone import Trustee
     from api.routes.health import StorageCheck
     from core.clock import Clock
     from core.limits import Limits
@@ -56,6 +57,7 @@ class AppState:
     metrics_token: bytes | None  # CHARON_METRICS__BEARER_TOKEN
     metrics_loopback: bool  # CHARON_METRICS__ALLOW_LOOPBACK
     auth: Authenticator
+    trustee: Trustee | None  # with CHARON_AUTH=keystone: the Keystone trusts of trust+ subscribers
     storage_check: StorageCheck  # /v2/ping's shared storage check
     long_polls: LongPolls
     redrive: RedriveRunner

@@ -28,7 +28,7 @@ from api.contract import refine
 from api.cors import Cors
 from api.errors import register_error_handlers
 from api.head import HeadAsGet
-from api.keystone import TokenValidator
+from api.keystone import TokenValidator, Trustee
 from api.metrics import HttpMetrics
 from api.policy import Policy
 from api.routes import admin, claims, docs, health, messages, queues, redrive, subscriptions, topics
@@ -104,6 +104,16 @@ def authenticator(settings: Settings, clock: Clock) -> Authenticator:
         signing_key=key,
         authenticate_uri=settings.keystone.authenticate_uri,
     )
+
+
+def trustee(settings: Settings) -> Trustee | None:
+    """The service user as trustee of trust+ subscribers' Keystone trusts; None without Keystone."""
+    return Trustee(settings.keystone) if settings.auth is AuthMode.KEYSTONE else None
+
+
+def deliverer(settings: Settings, trusts: Trustee | None) -> Deliverer:
+    """The process's Deliverer, trust+ subscribers notified with tokens of `trusts`' trusts."""
+    return Deliverer(settings.notifications, trust_tokens=None if trusts is None else trusts.token)
 
 
 NOTIFIER_INTERVAL_S = 0.1  # how often a notifier looks for due deliveries when the last look found few
@@ -245,7 +255,8 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
     requests use."""
     limits = settings.limits
     token = settings.metrics.bearer_token
-    deliverer = Deliverer(settings.notifications)
+    trusts = trustee(settings)
+    sender = deliverer(settings, trusts)
 
     def store() -> Store:
         return state.store
@@ -266,11 +277,12 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         metrics_token=None if token is None else token.get_secret_value().encode(),
         metrics_loopback=settings.metrics.allow_loopback,
         auth=authenticator(settings, clock),
+        trustee=trusts,
         storage_check=health.StorageCheck(),
         long_polls=LongPolls(store, clock=clock, max_waiting=limits.max_waiting_claims),
         redrive=RedriveRunner(store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)),
-        deliverer=deliverer,
-        notifier=notifier(store, deliverer, settings, clock),
+        deliverer=sender,
+        notifier=notifier(store, sender, settings, clock),
         gauges=StoreGauges(
             store,
             clock=clock,

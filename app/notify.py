@@ -77,8 +77,7 @@ class ServiceLoad:
 async def notify(settings: Settings, parent: int | None = None) -> None:
     """Deliver until SIGTERM/SIGINT; then what is in flight is cancelled (due again when its lease ends).
     With `parent` (charon serve's PID), yield to its API processes while they are busy (ServiceLoad)."""
-    from app.main import notifier, open_configured_store
-    from service.delivery import Deliverer
+    from app.main import deliverer, notifier, open_configured_store, trustee
 
     clock = SystemClock()
     store, embedded = open_configured_store(settings, clock)
@@ -87,9 +86,9 @@ async def notify(settings: Settings, parent: int | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with Deliverer(settings.notifications) as deliverer:
+        async with deliverer(settings, trustee(settings)) as sender:
             busy = None if parent is None else ServiceLoad(parent, settings.redis_server)
-            running = asyncio.create_task(notifier(store, deliverer, settings, clock, busy=busy).run())
+            running = asyncio.create_task(notifier(store, sender, settings, clock, busy=busy).run())
             await stop.wait()
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError):

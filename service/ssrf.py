@@ -30,7 +30,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from core.errors import InvalidInput
 from core.limits import Limits
 
-SUPPORTED_SCHEMES = ("http", "https", "mailto")
+SUPPORTED_SCHEMES = ("http", "https", "mailto", "trust+http", "trust+https")
+TRUST_PREFIX = "trust+"  # a webhook notified with a Keystone trust's token (Zaqar's trust notifier)
 FIELD = "subscriber"
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -126,8 +127,9 @@ def parse_mailto(uri: str) -> Mailto:
 def check_subscriber(
     uri: str, limits: Limits, *, allowed_networks: Sequence[Network] = (), mail: bool = True
 ) -> str:
-    """Validate a subscriber URI given to create or change a subscription, without I/O: http, https or
-    mailto (only when `mail`: the service has an SMTP server to send through); at most
+    """Validate a subscriber URI given to create or change a subscription, without I/O: http, https (or
+    trust+http(s), a webhook notified with a Keystone trust's token, checked alike) or mailto (only when
+    `mail`: the service has an SMTP server to send through); at most
     limits.max_subscriber_length characters; an http(s) URI has a host, no user:password@ and a port in
     range; a mailto: URI is what `parse_mailto` takes; an IP-literal host in a refused network (see
     `refusal`; private networks are allowed) is refused unless in `allowed_networks`. A host name is only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -10,6 +11,7 @@ import orjson
 from fastapi import Request, Response
 from pydantic import Field
 
+from api.auth import identity_of
 from api.deps import ClockDep, LimitsDep, QueueDep, StoreDep, read_object, validate_body
 from api.ids import SubscriptionIdDep, SubscriptionIdParam, in_path_to_delete
 from api.params import QUERY, QueryModel
@@ -26,11 +28,11 @@ from api.schemas import (
     json_body,
 )
 from api.state import state_of
-from core.errors import Conflict, InvalidBody, SubscriptionExists
+from core.errors import CharonError, Conflict, InvalidBody, InvalidInput, NotAuthorized, SubscriptionExists
 from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
 from service.delivery import check_options
-from service.ssrf import check_subscriber
+from service.ssrf import TRUST_PREFIX, check_subscriber
 
 router = Router(tags=["subscriptions"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -68,6 +70,48 @@ def _subscriber(uri: str, limits: Limits, request: Request) -> str:
     return check_subscriber(uri, limits, allowed_networks=allowed, mail=mail)
 
 
+TRUST_ID = "trust_id"  # options' key of a trust+ subscriber's Keystone trust (Zaqar's), the service's own
+
+
+def _trusted(subscriber: str) -> bool:
+    return subscriber[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX
+
+
+async def _make_trust(request: Request, expires_ms: int) -> str:
+    """A Keystone trust from the caller to the service, until `expires_ms`, for a trust+ subscriber (Zaqar's
+    trust notifier: the webhook is sent a token of it, acting as the caller). 400 without Keystone, 403
+    without the caller's own token (a pre-signed URL) or when Keystone refuses."""
+    trustee = state_of(request).trustee
+    if trustee is None:
+        raise InvalidInput(
+            "A trust+ subscriber is notified with a token of a Keystone trust from its creator, and this "
+            "service does not use Keystone (CHARON_AUTH=keystone): subscribe an http, https or mailto URI."
+        )
+    identity = identity_of(request)
+    token = (request.headers.get("x-auth-token") or "").strip(" \t")
+    if identity.user is None or identity.project is None or not token:
+        raise NotAuthorized("A trust+ subscriber needs its creator's own Keystone token to make a trust.")
+    expires = datetime.fromtimestamp(expires_ms / 1000, UTC)
+    return await trustee.make(token, identity.user, identity.project, identity.roles, expires)
+
+
+def _own_trust(options: dict[str, Any], stored: object = None) -> None:
+    """A trust+ subscriber's trust is the one the service made: options.trust_id may only repeat it."""
+    given = options.get(TRUST_ID)
+    if given is not None and given != stored:
+        raise InvalidInput(
+            f"options.{TRUST_ID} of a trust+ subscriber is the service's: it makes the Keystone trust from "
+            "the caller's token. Leave it out."
+        )
+
+
+async def _forget(request: Request, trust: str | None) -> None:
+    """Delete a trust that serves no subscription (best effort, with the caller's token)."""
+    trustee = state_of(request).trustee
+    if trust is not None and trustee is not None:
+        await trustee.forget((request.headers.get("x-auth-token") or "").strip(" \t"), trust)
+
+
 def _ttl(ttl: int, limits: Limits) -> int:
     return check_range(ttl, limits.min_subscription_ttl, limits.max_subscription_ttl, "ttl")
 
@@ -95,22 +139,35 @@ class ListQuery(QueryModel):
     openapi_extra=json_body(SubscriptionIn, required=True),
     responses={409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
-async def create_subscription(q: QueueDep, store: StoreDep, limits: LimitsDep, request: Request) -> Response:
+async def create_subscription(
+    q: QueueDep, store: StoreDep, limits: LimitsDep, clock: ClockDep, request: Request
+) -> Response:
     raw = await read_object(request, max_size=limits.max_subscription_options + 16_384, what="A subscription")
     body = validate_body(SubscriptionIn, raw)
     subscriber = _subscriber(body.subscriber, limits, request)
     ttl = _ttl(limits.default_subscription_ttl if body.ttl is None else body.ttl, limits)
     options = _options(body.options or {}, limits)
+    trust = None
+    if _trusted(subscriber):
+        _own_trust(options)
+        trust = await _make_trust(request, clock.now_ms() + ttl * 1000)
+        options = {**options, TRUST_ID: trust}
     confirmation = state_of(request).notifications.require_confirmation
-    subscription, created = await store.create_subscription(
-        q,
-        SubscriptionId(uuid.uuid4().hex),
-        subscriber=subscriber,
-        ttl=ttl,
-        options=options,
-        confirmed=not confirmation,
-        max_per_queue=limits.max_subscriptions_per_queue,
-    )
+    try:
+        subscription, created = await store.create_subscription(
+            q,
+            SubscriptionId(uuid.uuid4().hex),
+            subscriber=subscriber,
+            ttl=ttl,
+            options=options,
+            confirmed=not confirmation,
+            max_per_queue=limits.max_subscriptions_per_queue,
+        )
+    except CharonError:
+        await _forget(request, trust)
+        raise
+    if not created:  # the subscription there already keeps its own trust
+        await _forget(request, trust)
     # The subscriber again: its subscription's id (Zaqar's 201), unless a confirmation was required and
     # given, which a repeated request must not undo or send again (Zaqar's 409). Nothing in it changes.
     if not created and confirmation and subscription.confirmed:
@@ -156,29 +213,48 @@ async def get_subscription(
     responses={404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 413: {"model": ErrorOut}},
 )
 async def update_subscription(
-    q: QueueDep, subscription_id: SubscriptionIdDep, store: StoreDep, limits: LimitsDep, request: Request
+    q: QueueDep,
+    subscription_id: SubscriptionIdDep,
+    store: StoreDep,
+    limits: LimitsDep,
+    clock: ClockDep,
+    request: Request,
 ) -> Response:
     raw = await read_object(request, max_size=limits.max_subscription_options + 16_384, what="The change")
     body = validate_body(SubscriptionPatch, raw)
     if all(value is None for value in raw.values()):  # null keeps a field (Zaqar; the CLI sends them)
         raise InvalidBody("Give at least one of subscriber, ttl and options to change (null keeps a field).")
-    if body.subscriber is not None and state_of(request).notifications.require_confirmation:
+    subscriber = None if body.subscriber is None else _subscriber(body.subscriber, limits, request)
+    ttl = None if body.ttl is None else _ttl(body.ttl, limits)
+    options = None if body.options is None else _options(body.options, limits)
+    current = await store.get_subscription(q, subscription_id)
+    if subscriber not in (None, current.subscriber) and state_of(request).notifications.require_confirmation:
         # A confirmation (its pre-signed URL) is for the subscription id, not for a subscriber: one that
         # could change its subscriber would carry its confirmation over to an address that never agreed.
-        current = await store.get_subscription(q, subscription_id)
-        if body.subscriber != current.subscriber:
-            raise Conflict(
-                "This service requires confirmed subscriptions (CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION): "
-                "a subscription's subscriber cannot change. Subscribe the new subscriber (it is asked to "
-                "confirm) and delete this subscription."
-            )
-    await store.update_subscription(
-        q,
-        subscription_id,
-        subscriber=None if body.subscriber is None else _subscriber(body.subscriber, limits, request),
-        ttl=None if body.ttl is None else _ttl(body.ttl, limits),
-        options=None if body.options is None else _options(body.options, limits),
-    )
+        raise Conflict(
+            "This service requires confirmed subscriptions (CHARON_NOTIFICATIONS__REQUIRE_CONFIRMATION): "
+            "a subscription's subscriber cannot change. Subscribe the new subscriber (it is asked to "
+            "confirm) and delete this subscription."
+        )
+    # A trust+ subscriber keeps its trust, unless it changes or lasts longer: then a new one is made for it.
+    trust, stored = None, current.options.get(TRUST_ID) if _trusted(current.subscriber) else None
+    after = subscriber or current.subscriber
+    if _trusted(after):
+        if options is not None:
+            _own_trust(options, stored)
+        if ttl is not None or after != current.subscriber or not isinstance(stored, str):
+            expires_ms = current.expires_ms if ttl is None else clock.now_ms() + ttl * 1000
+            trust = await _make_trust(request, expires_ms)
+            options = {**(current.options if options is None else options), TRUST_ID: trust}
+        elif options is not None:
+            options = {**options, TRUST_ID: stored}
+    try:
+        await store.update_subscription(q, subscription_id, subscriber=subscriber, ttl=ttl, options=options)
+    except CharonError:
+        await _forget(request, trust)
+        raise
+    if trust is not None and isinstance(stored, str):
+        await _forget(request, stored)  # the trust it had (its creator's token may not delete it: it expires)
     return Response(status_code=204, headers={"Location": request.url.path})
 
 

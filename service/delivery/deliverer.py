@@ -1,7 +1,11 @@
 """`Deliverer`: one notification to one subscriber, webhook or mail, within bounds: each delivery takes
 at most webhook_timeout (smtp_timeout for a mail) once it has a slot; at most max_concurrent are in flight in
 the process and max_per_subscriber to one subscription, so a subscriber that hangs holds only its own
-slots; and the SSRF guard (service/ssrf.py) vets every address a webhook connects to."""
+slots; and the SSRF guard (service/ssrf.py) vets every address a webhook connects to.
+
+A `trust+http(s)` subscriber (Zaqar's trust notifier) is a webhook to the URL after `trust+`, sent with
+X-Auth-Token: a token scoped to the Keystone trust its creator made (options.trust_id), got through the
+`trust_tokens` the process was given (api/keystone.py Trustee; none without Keystone)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from service.delivery.mailto import check_mail_options, send_mail
 from service.delivery.outcome import Outcome, failed, retry
 from service.delivery.settings import NotificationSettings
 from service.delivery.webhook import outcome_of_status, webhook_request
-from service.ssrf import Refused
+from service.ssrf import TRUST_PREFIX, Refused
 
 MAX_ANSWER_BYTES = (
     64 * 1024
@@ -29,6 +33,8 @@ MAX_ANSWER_BYTES = (
 KEEPALIVE_CONNECTIONS = 64
 
 log = logging.getLogger("charon.notifier")
+
+TrustTokens = Callable[[str], Awaitable[str]]  # a trust's id -> a token scoped to it (raises when none)
 
 
 def check_options(options: Mapping[str, Any]) -> None:
@@ -53,8 +59,9 @@ class _Slots:
 class Deliverer:
     """Sends notifications; one per process (it holds the HTTP connection pool). Close it with aclose()."""
 
-    def __init__(self, settings: NotificationSettings) -> None:
+    def __init__(self, settings: NotificationSettings, *, trust_tokens: TrustTokens | None = None) -> None:
         self.settings = settings
+        self._trust_tokens = trust_tokens
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._subscriptions: dict[str, _Slots] = {}
         self._active = 0
@@ -90,7 +97,7 @@ class Deliverer:
         except ValueError:
             return failed("the subscriber is not a valid URI")
         send: Callable[[Subscription, dict[str, Any]], Awaitable[Outcome]]
-        if scheme in ("http", "https"):
+        if scheme in ("http", "https", "trust+http", "trust+https"):
             send = self._post
         elif scheme == "mailto":
             send = self._mail
@@ -135,14 +142,25 @@ class Deliverer:
                 del self._subscriptions[subscription.id]
 
     async def _post(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
+        url, auth = subscription.subscriber, {}
+        if url[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX:
+            url = url[len(TRUST_PREFIX) :]
+            trust = subscription.options.get("trust_id")
+            if self._trust_tokens is None or not isinstance(trust, str):
+                return failed("a trust+ subscriber needs its Keystone trust, and this process has none")
+            try:
+                async with asyncio.timeout(self.settings.webhook_timeout):
+                    auth = {"X-Auth-Token": await self._trust_tokens(trust)}
+            except Exception as exc:  # expired, deleted, or Keystone away: the retry policy decides
+                return retry(f"no token for the subscription's Keystone trust: {type(exc).__name__}")
         try:
-            body, headers = webhook_request(subscription.options, document)
+            body, headers = webhook_request(subscription.options, document, auth)
         except InvalidInput as exc:
             return failed(exc.description)
         timeout = self.settings.webhook_timeout
         try:
             async with asyncio.timeout(timeout):
-                answer = await self._client.post(subscription.subscriber, body, headers)
+                answer = await self._client.post(url, body, headers)
         except Refused as exc:
             return failed(f"refused: {exc}")
         except TimeoutError:

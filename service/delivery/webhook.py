@@ -39,9 +39,12 @@ RESERVED_HEADERS = frozenset(
 )
 
 
-def webhook_request(options: Mapping[str, Any], document: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of the POST for `document`; InvalidInput naming the option when `post_data` is
-    not a string or `post_headers` not an object of header names to single-line strings."""
+def webhook_request(
+    options: Mapping[str, Any], document: Mapping[str, Any], auth: Mapping[str, str] | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of the POST for `document` (`auth`: a trust+ subscriber's X-Auth-Token, which
+    post_headers may override, as in Zaqar); InvalidInput naming the option when `post_data` is not a
+    string or `post_headers` not an object of header names to single-line strings."""
     text = json.dumps(document)
     post_data = options.get("post_data")
     if post_data is not None:
@@ -51,7 +54,7 @@ def webhook_request(options: Mapping[str, Any], document: Mapping[str, Any]) -> 
                 f"message); got {type(post_data).__name__}."
             )
         text = post_data.replace(PLACEHOLDER, text)
-    headers = {"Content-Type": "application/json"}
+    headers = {**(auth or {}), "Content-Type": "application/json"}
     for name, value in check_post_headers(options.get("post_headers")).items():
         for same in [h for h in headers if h.lower() == name.lower()]:
             del headers[same]

@@ -1,7 +1,8 @@
 """CHARON_AUTH=keystone end to end: a live `charon serve` process (pooling on, admin mode, pre-signed URLs)
 validating tokens with the real Keystone (tests/keystone.py), driven by the unchanged python-zaqarclient
 (keystone and signed-url auth backends) and the `openstack messaging` CLI (python-openstackclient with
-python-zaqarclient's plugin), which finds the service in Keystone's catalog."""
+python-zaqarclient's plugin), which finds the service in Keystone's catalog; and trust+ subscribers,
+notified by the service's notifier process with tokens of the Keystone trusts their creators made."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from zaqarclient.transport import errors as zerrors
 
 from tests.conftest import CLIENT_ID
 from tests.keystone import DOMAIN_NAME, KeystoneServer
+from tests.receivers import HttpReceiver, notification_env
 from tests.servers import CharonProcess
 
 OPENSTACK = Path(sys.executable).with_name("openstack")
@@ -60,6 +62,7 @@ def service(keystone: KeystoneServer, redis_url: str) -> Iterator[Service]:
         "CHARON_ADMIN_MODE": "true",
         "CHARON_POOLING": "true",
         "CHARON_MANAGEMENT_URI": redis_url,
+        **notification_env(),  # webhooks on loopback: the trust+ subscribers' receiver
     }
     namespace = f"ks{uuid.uuid4().hex[:10]}"
     proc = CharonProcess(None, namespace=namespace, env=env).start()
@@ -452,3 +455,88 @@ def test_openstack_messaging_cli(service: Service) -> None:
     # what the CLI did, alice's client sees (and bob's does not)
     assert "q1" in names(keystone_client(service, "alice", "alpha"))
     assert "q1" not in names(keystone_client(service, "bob", "beta"))
+
+
+# -- trust+ subscribers: notified with a token of the creator's Keystone trust ---------------------------
+
+
+def trusts_of(service: Service, user: str) -> list[dict[str, Any]]:
+    """The Keystone trusts `user` (of project alpha) has made, as Keystone lists them to the user."""
+    ks = service.keystone
+    r = httpx.get(
+        f"{ks.url}/OS-TRUST/trusts",
+        params={"trustor_user_id": ks.user_ids[user]},
+        headers={"X-Auth-Token": ks.token(user, "alpha")},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return list(r.json()["trusts"])
+
+
+def test_a_trust_subscriber_is_notified_with_a_token_acting_as_its_creator(
+    service: Service, webhook_receiver: HttpReceiver
+) -> None:
+    """Zaqar's trust notifier: alice subscribes `trust+http://...`; Charon makes a trust from alice to its
+    service user, and the webhook gets X-Auth-Token, a token of that trust, with which it reads alice's
+    queue as alice. A repeated subscription, a new ttl and bad input leave no trust behind."""
+    ks = service.keystone
+    token = ks.token("alice", "alpha")
+    headers = {"X-Auth-Token": token, "Client-ID": CLIENT_ID}
+    subs = f"{service.url}/v2/queues/trusted/subscriptions"
+    before = {t["id"] for t in trusts_of(service, "alice")}
+    receiver = webhook_receiver
+    body = {
+        "subscriber": "trust+" + receiver.url_for("/hook"),
+        "ttl": 600,
+        "options": {"post_headers": {"X-Test": "kept"}},
+    }
+    made = httpx.post(subs, json=body, headers=headers, timeout=30)
+    assert made.status_code == 201, made.text
+    sid = made.json()["subscription_id"]
+    shown = httpx.get(f"{subs}/{sid}", headers=headers, timeout=30).json()
+    trust = shown["options"]["trust_id"]
+    assert shown["options"]["post_headers"] == {"X-Test": "kept"}
+    mine = [t for t in trusts_of(service, "alice") if t["id"] not in before]
+    assert [(t["id"], t["trustee_user_id"], t["project_id"], t["impersonation"]) for t in mine] == [
+        (trust, ks.user_ids["charon"], ks.project_ids["alpha"], True)
+    ]
+
+    again = httpx.post(subs, json=body, headers=headers, timeout=30)  # the same subscriber: same id
+    assert (again.status_code, again.json()["subscription_id"]) == (201, sid)
+    assert [t["id"] for t in trusts_of(service, "alice") if t["id"] not in before] == [trust]
+
+    posted = httpx.post(
+        f"{service.url}/v2/queues/trusted/messages",
+        json={"messages": [{"body": {"order": 7}, "ttl": 300}]},
+        headers=headers,
+        timeout=30,
+    )
+    assert posted.status_code == 201, posted.text
+    [hook] = receiver.wait_for(1, within=30)
+    assert hook.json()["body"] == {"order": 7}
+    assert hook.headers["x-test"] == "kept"
+    # the webhook acts as alice with the token it was given: it reads alice's queue
+    as_alice = httpx.get(
+        f"{service.url}/v2/queues/trusted/messages?echo=true",
+        headers={"X-Auth-Token": hook.headers["x-auth-token"], "Client-ID": CLIENT_ID},
+        timeout=30,
+    )
+    assert as_alice.status_code == 200, as_alice.text
+    assert [m["body"] for m in as_alice.json()["messages"]] == [{"order": 7}]
+
+    # a longer life needs a new trust; the old one is deleted
+    patched = httpx.patch(f"{subs}/{sid}", json={"ttl": 1200}, headers=headers, timeout=30)
+    assert patched.status_code == 204, patched.text
+    renewed = httpx.get(f"{subs}/{sid}", headers=headers, timeout=30).json()["options"]
+    assert renewed["trust_id"] != trust
+    assert renewed["post_headers"] == {"X-Test": "kept"}
+    assert [t["id"] for t in trusts_of(service, "alice") if t["id"] not in before] == [renewed["trust_id"]]
+
+    # the trust is the service's to make: another one is refused, naming the option
+    forged = {**body, "subscriber": "trust+" + receiver.url_for("/other"), "options": {"trust_id": trust}}
+    refused = httpx.post(subs, json=forged, headers=headers, timeout=30)
+    assert refused.status_code == 400, refused.text
+    assert "options.trust_id" in refused.json()["description"]
+    changed = httpx.patch(f"{subs}/{sid}", json={"options": {"trust_id": "x" * 32}}, headers=headers)
+    assert changed.status_code == 400, changed.text
+    assert httpx.delete(f"{subs}/{sid}", headers=headers, timeout=30).status_code == 204

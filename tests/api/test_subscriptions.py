@@ -130,7 +130,9 @@ async def test_a_queue_has_at_most_its_limit_of_subscriptions(client: httpx.Asyn
     [
         ({}, "subscriber"),
         ({"subscriber": "ftp://files.example.com/x"}, "subscriber"),
-        ({"subscriber": "trust+https://hooks.example.com/"}, "subscriber"),
+        ({"subscriber": "trust+https://hooks.example.com/"}, "CHARON_AUTH=keystone"),  # noauth: no trusts
+        ({"subscriber": "trust+http://169.254.169.254/latest/"}, "subscriber"),
+        ({"subscriber": "trust+ftp://files.example.com/x"}, "subscriber"),
         ({"subscriber": "https://"}, "subscriber"),
         ({"subscriber": "https://user:secret@hooks.example.com/"}, "subscriber"),
         ({"subscriber": "https://hooks.example.com:99999/"}, "subscriber"),

@@ -71,6 +71,28 @@ async def test_post_data_and_post_headers_are_applied_as_zaqar_does(webhook_rece
     assert request.headers["x-auth-token"] == "t0k"
 
 
+async def test_a_trust_subscriber_without_a_token_is_retried_or_given_up(
+    webhook_receiver: HttpReceiver,
+) -> None:
+    """A trust+ subscriber is posted to only with its trust's token: none to be had is a retry (Keystone may
+    come back), a process with no Keystone at all gives it up; neither sends the notification bare."""
+
+    async def keystone_away(trust: str) -> str:
+        raise ConnectionRefusedError(f"no Keystone to ask for {trust}")
+
+    sub = subscription("trust+" + webhook_receiver.url_for("/hook"), {"trust_id": "t1"})
+    async with Deliverer(LOOPBACK, trust_tokens=keystone_away) as deliverer:
+        away = await deliverer.deliver(sub, DOCUMENT)
+    assert (away.result, away.reason) == (
+        "retry",
+        "no token for the subscription's Keystone trust: ConnectionRefusedError",
+    )
+    none = await deliver(LOOPBACK, sub)
+    assert none.result == "failed"
+    assert "Keystone trust" in none.reason
+    assert webhook_receiver.requests == []
+
+
 @pytest.mark.parametrize(
     ("status", "result"), [(500, "retry"), (503, "retry"), (408, "retry"), (429, "retry")]
 )
