@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: the modules that read the state import th
     from api.auth import Authenticator
     from api.keystone import Trustee
     from api.routes.health import StorageCheck
+    from api.ws_notices import Notices
     from core.clock import Clock
     from core.limits import Limits
     from core.metadata import DeadLetterDefaults
@@ -62,6 +63,7 @@ class AppState:
     long_polls: LongPolls
     redrive: RedriveRunner
     deliverer: Deliverer
+    ws_notices: Notices  # the listener of websocket connections' own subscriptions
     notifier: Notifier  # runs only with create_app's `notify`
     gauges: StoreGauges  # GET /metrics
     access_log: AccessLog | None  # CHARON_ACCESS_LOG

@@ -10,14 +10,18 @@ same identity (a Keystone token from `authenticate`, kept for the connection; a 
 policy rule, validation, limits, store call, access log line, request id and metrics as over HTTP, and so the
 same status. Only the shapes differ where Zaqar's websocket answers differ from its HTTP ones (`message_ids`
 for a post, `claim_id` on a claim's messages, a sentence for a queue created, `{"error": ...}` for an error).
-Frames are answered one at a time, in order. What Charon does not do over a websocket: notify a connection
-that subscribes itself (`subscription_create` without a subscriber is a 400), and pool or flavor actions."""
+Frames are answered one at a time, in order. A connection that subscribes itself (`subscription_create`
+without a subscriber, as in Zaqar) is sent each notification as a frame of its own, in the format of the
+frame that subscribed it (api/ws_notices.py); its own subscriptions are deleted when it closes. Pool and
+flavor actions are not served over a websocket."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +37,7 @@ from api.access import IGNORED_HEADER
 from api.auth import AuthMode
 from api.deps import parse_json
 from api.state import state_of
+from api.ws_notices import SELF_SUBSCRIBER
 from core.errors import CharonError
 from core.limits import json_depth_exceeds
 
@@ -61,6 +66,7 @@ FRAME_NESTING = 4  # a frame's levels above a message's body: the frame, its bod
 MAX_HEADER = 8192  # characters of one header's value (uvicorn's own bound on a request's header line)
 HEADER_TEXT = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # what HTTP lets a header's value be: no CR, LF, NUL
 IGNORED = IGNORED_HEADER.decode()  # a frame may be this much larger than the largest post it carries
+MAX_OWN_SUBSCRIPTIONS = 100  # subscriptions one connection may make for itself
 
 
 @dataclass(frozen=True)
@@ -172,11 +178,18 @@ class Refused(Exception):
 @dataclass
 class Connection:
     """One websocket: its handshake's headers (a trusted gateway's identity among them) and the Keystone
-    token `authenticate` gave. A frame is answered in its own format, JSON or MessagePack (`serve`)."""
+    token `authenticate` gave. A frame is answered in its own format, JSON or MessagePack (`serve`). The
+    subscriptions it made for itself (`own`: their paths and the headers to delete them with) are sent
+    notifications by `push`, in the format of the last frame that made one."""
 
     scope: Scope
     base: list[tuple[bytes, bytes]]
+    websocket: WebSocket | None = None
     token: str | None = None
+    key: str = field(default_factory=lambda: secrets.token_hex(16))
+    own: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    notify_binary: bool = False
+    sending: asyncio.Lock = field(default_factory=asyncio.Lock)  # a frame is sent whole before another
 
     @classmethod
     def of(cls, websocket: WebSocket) -> Connection:
@@ -185,10 +198,44 @@ class Connection:
             for k, v in websocket.scope["headers"]
             if k not in HANDSHAKE_ONLY and not k.startswith(b"sec-websocket")
         ]
-        return cls(websocket.scope, base)
+        return cls(websocket.scope, base, websocket)
 
-    async def answer(self, payload: Any) -> dict[str, Any]:
-        """The answer to one decoded frame."""
+    async def send(self, answer: Any, binary: bool) -> None:
+        """One frame to the client, JSON text or MessagePack."""
+        assert self.websocket is not None
+        async with self.sending:
+            if binary:
+                await self.websocket.send_bytes(msgpack.packb(answer, use_bin_type=False))
+            else:
+                await self.websocket.send_text(orjson.dumps(answer).decode())
+
+    async def push(self, notification: bytes) -> bool:
+        """A notification of one of its own subscriptions, as a frame (Zaqar's: the webhook's body as is);
+        False when the connection is gone."""
+        try:
+            document = orjson.loads(notification)
+        except orjson.JSONDecodeError:  # a post_data that is not JSON: passed on as text
+            document = notification.decode(errors="replace")
+        try:
+            await self.send(document, self.notify_binary)
+        except (WebSocketDisconnect, RuntimeError, OSError):  # closed meanwhile
+            return False
+        return True
+
+    async def close(self) -> None:
+        """The connection ended: its own subscriptions are deleted (with the identity that made them; one
+        that can no longer be deleted ends with its ttl, its notifications given up meanwhile)."""
+        state = state_of_scope(self.scope)
+        state.ws_notices.forget(self.key)
+        for path, headers in self.own.items():
+            try:
+                await dispatch(self.scope, "DELETE", path, b"", headers, b"")
+            except Exception:
+                log.exception("websocket subscription %s not deleted", path)
+        self.own.clear()
+
+    async def answer(self, payload: Any, binary: bool = False) -> dict[str, Any]:
+        """The answer to one decoded frame (sent `binary`: MessagePack)."""
         action = payload.get("action") if isinstance(payload, dict) else None
         sent_headers = payload.get("headers") if isinstance(payload, dict) else None
         body = payload.get("body", {}) if isinstance(payload, dict) else None
@@ -217,7 +264,7 @@ class Connection:
                 raise Refused(400, "body: must be an object.")
             if action == "authenticate":
                 return await self._authenticate(sent_headers, echo)
-            status, headers, out = await self._call(action, sent_headers, body)
+            status, headers, out = await self._call(action, sent_headers, body, binary)
         except Refused as refused:
             return _refused(echo, refused.status, refused.error)
         return {"request": echo, "body": out, "headers": {"status": status, **headers}}
@@ -238,18 +285,19 @@ class Connection:
         return {"request": echo, "body": {"message": "Authentified."}, "headers": {"status": 200}}
 
     async def _call(
-        self, name: str, sent: dict[str, str], body: dict[str, Any]
+        self, name: str, sent: dict[str, str], body: dict[str, Any], binary: bool = False
     ) -> tuple[int, dict[str, str], Any]:
         action = ACTIONS.get(name)
         if action is None:
             raise Refused(
                 400, f"Invalid action: {name[:40]!r} (one of {', '.join(sorted(ACTIONS))}, authenticate)."
             )
-        if name == "subscription_create" and not body.get("subscriber"):
+        itself = name == "subscription_create" and not body.get("subscriber")
+        if itself and len(self.own) >= MAX_OWN_SUBSCRIPTIONS:
             raise Refused(
                 400,
-                "subscriber: required. Charon does not notify a websocket connection that subscribes itself; "
-                "subscribe a webhook (http:// or https://) or a mailto: address.",
+                f"A websocket connection may subscribe itself to at most {MAX_OWN_SUBSCRIPTIONS} queues; "
+                "delete one of its subscriptions, or open another connection.",
             )
         missing = [f for f in (*_path_fields(action.path), *action.required) if f not in body]
         if missing:
@@ -267,6 +315,10 @@ class Connection:
             document = body.get(action.json_from, {})
         else:
             document = {f: body[f] for f in action.json if f in body}
+        extra: dict[str, Any] = {}
+        if itself:  # the subscriber is the connection's own: the route takes it from the scope alone
+            notices = state_of_scope(self.scope).ws_notices
+            document["subscriber"] = extra[SELF_SUBSCRIBER] = await notices.subscriber(self.key, self.push)
         data = orjson.dumps(document) if action.json or action.json_from else b""
         forwarded, left_out = self._forwarded(sent)
         if self.token and "X-Auth-Token" not in forwarded:
@@ -279,8 +331,12 @@ class Connection:
             )
         headers = _headers(self.base, forwarded, json=bool(data))
         status, answer_headers, raw = await dispatch(
-            self.scope, action.method, path, urlencode(query).encode(), headers, data
+            self.scope, action.method, path, urlencode(query).encode(), headers, data, extra
         )
+        if itself and status == 201:
+            self.notify_binary = binary  # Zaqar: the format of the last self-subscription made
+            made = orjson.loads(raw).get("subscription_id")
+            self.own[f"{path}/{made}"] = _headers(self.base, forwarded)
         out: dict[str, str] = {}
         for k in ("x-openstack-request-id", IGNORED, "retry-after"):
             if k in answer_headers:
@@ -367,10 +423,17 @@ def _shown(headers: Any) -> Any:
 
 
 async def dispatch(
-    ws_scope: Scope, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ws_scope: Scope,
+    method: str,
+    path: str,
+    query: bytes,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+    extra: Mapping[str, Any] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     """One HTTP call through the app itself (its middleware, router and handlers), as uvicorn would make it
-    for a request from the websocket's peer: status, headers (names lowercased) and body."""
+    for a request from the websocket's peer: status, headers (names lowercased) and body. `extra`: keys
+    of its scope that no client can send (SELF_SUBSCRIBER)."""
     scope: dict[str, Any] = {
         "type": "http",
         "asgi": ws_scope.get("asgi", {"version": "3.0"}),
@@ -385,6 +448,7 @@ async def dispatch(
         "client": ws_scope.get("client"),
         "server": ws_scope.get("server"),
         "state": dict(ws_scope.get("state", {})),
+        **(extra or {}),
     }
     sent = False
 
@@ -439,12 +503,11 @@ async def serve(websocket: WebSocket) -> None:
             except Exception:  # a bug: the frame is answered 500 (and logged), the connection goes on
                 log.exception("websocket frame failed")
                 answer = _refused(None, 500, "The service failed to answer this frame; it is logged.")
-            if binary:
-                await websocket.send_bytes(msgpack.packb(answer, use_bin_type=False))
-            else:
-                await websocket.send_text(orjson.dumps(answer).decode())
+            await connection.send(answer, binary)
     except WebSocketDisconnect:
         return
+    finally:
+        await connection.close()
 
 
 def _origin_allowed(origin: str, host: str, allowed: tuple[str, ...]) -> bool:
@@ -487,7 +550,7 @@ async def _answer(connection: Connection, raw: bytes, binary: bool, most: int, d
             f"may nest {depth - FRAME_NESTING} (CHARON_LIMITS__MAX_JSON_DEPTH), a frame {FRAME_NESTING} more."
         )
         return _refused(None, 400, error)
-    return await connection.answer(payload)
+    return await connection.answer(payload, binary)
 
 
 ROUTES = [WebSocketRoute("/", serve), WebSocketRoute("/v2/ws", serve)]

@@ -36,6 +36,7 @@ from api.routes import metrics as metrics_route
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
 from api.state import AppState, attach, state_of
+from api.ws_notices import Notices
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
 from core.clock import Clock, SystemClock
@@ -282,6 +283,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         long_polls=LongPolls(store, clock=clock, max_waiting=limits.max_waiting_claims),
         redrive=RedriveRunner(store, clock=clock, lease_ms=int(settings.redrive_lease * 1000)),
         deliverer=sender,
+        ws_notices=Notices(max_body=limits.max_messages_post_size + limits.max_subscription_options + 65536),
         notifier=notifier(store, sender, settings, clock),
         gauges=StoreGauges(
             store,
@@ -403,3 +405,4 @@ async def background(state: AppState, active: Store, serving: Serving) -> AsyncI
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await state.deliverer.aclose()
+        await state.ws_notices.aclose()

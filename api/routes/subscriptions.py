@@ -28,6 +28,7 @@ from api.schemas import (
     json_body,
 )
 from api.state import state_of
+from api.ws_notices import SELF_SUBSCRIBER
 from core.errors import CharonError, Conflict, InvalidBody, InvalidInput, NotAuthorized, SubscriptionExists
 from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
@@ -65,6 +66,8 @@ def _options(options: dict[str, Any], limits: Limits) -> dict[str, Any]:
 
 
 def _subscriber(uri: str, limits: Limits, request: Request) -> str:
+    if uri == request.scope.get(SELF_SUBSCRIBER):  # a websocket connection subscribing itself
+        return uri
     notifications = state_of(request).notifications
     allowed, mail = notifications.allowed_networks, bool(notifications.smtp_host)
     return check_subscriber(uri, limits, allowed_networks=allowed, mail=mail)

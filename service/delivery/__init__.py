@@ -16,11 +16,12 @@ from service.delivery.confirm import (
     confirm_path,
     confirmation_document,
 )
-from service.delivery.deliverer import Deliverer, check_options
+from service.delivery.deliverer import NOTICE_SCHEME, Deliverer, check_options
 from service.delivery.outcome import Outcome, Result
 from service.delivery.settings import NotificationSettings
 
 __all__ = [
+    "NOTICE_SCHEME",
     "NOTIFICATION",
     "SUBSCRIPTION_CONFIRMATION",
     "UNSUBSCRIBE_CONFIRMATION",

@@ -5,11 +5,16 @@ slots; and the SSRF guard (service/ssrf.py) vets every address a webhook connect
 
 A `trust+http(s)` subscriber (Zaqar's trust notifier) is a webhook to the URL after `trust+`, sent with
 X-Auth-Token: a token scoped to the Keystone trust its creator made (options.trust_id), got through the
-`trust_tokens` the process was given (api/keystone.py Trustee; none without Keystone)."""
+`trust_tokens` the process was given (api/keystone.py Trustee; none without Keystone).
+
+A `websocket://127.0.0.1:<port>/<key>` subscriber is a websocket connection that subscribed itself
+(api/ws_notices.py): only the service makes one, and it is POSTed to over loopback (http://), alone of
+all subscribers allowed there whatever CHARON_NOTIFICATIONS__ALLOWED_NETWORKS says."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +39,9 @@ KEEPALIVE_CONNECTIONS = 64
 
 log = logging.getLogger("charon.notifier")
 
+NOTICE_SCHEME = "websocket"  # a websocket connection's own subscription (api/ws_notices.py)
+NOTICE_HOST = "127.0.0.1"
+LOOPBACK = (ipaddress.IPv4Network("127.0.0.0/8"),)
 TrustTokens = Callable[[str], Awaitable[str]]  # a trust's id -> a token scoped to it (raises when none)
 
 
@@ -70,6 +78,7 @@ class Deliverer:
             max_idle=min(settings.max_concurrent, KEEPALIVE_CONNECTIONS),
             max_answer_bytes=MAX_ANSWER_BYTES,
         )
+        self._loopback = WebhookClient(LOOPBACK, max_idle=4, max_answer_bytes=MAX_ANSWER_BYTES)
 
     async def __aenter__(self) -> Deliverer:
         return self
@@ -81,6 +90,7 @@ class Deliverer:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+        await self._loopback.aclose()
 
     def in_flight(self, subscription_id: str | None = None) -> int:
         """Deliveries being sent now, in the process or to one subscription."""
@@ -97,7 +107,7 @@ class Deliverer:
         except ValueError:
             return failed("the subscriber is not a valid URI")
         send: Callable[[Subscription, dict[str, Any]], Awaitable[Outcome]]
-        if scheme in ("http", "https", "trust+http", "trust+https"):
+        if scheme in ("http", "https", "trust+http", "trust+https", NOTICE_SCHEME):
             send = self._post
         elif scheme == "mailto":
             send = self._mail
@@ -142,8 +152,12 @@ class Deliverer:
                 del self._subscriptions[subscription.id]
 
     async def _post(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
-        url, auth = subscription.subscriber, {}
-        if url[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX:
+        url, auth, client = subscription.subscriber, {}, self._client
+        if url.startswith(f"{NOTICE_SCHEME}://"):
+            url, client = "http" + url[len(NOTICE_SCHEME) :], self._loopback
+            if urlsplit(url).hostname != NOTICE_HOST:
+                return failed(f"a websocket subscriber is on {NOTICE_HOST} alone")
+        elif url[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX:
             url = url[len(TRUST_PREFIX) :]
             trust = subscription.options.get("trust_id")
             if self._trust_tokens is None or not isinstance(trust, str):
@@ -160,7 +174,7 @@ class Deliverer:
         timeout = self.settings.webhook_timeout
         try:
             async with asyncio.timeout(timeout):
-                answer = await self._client.post(url, body, headers)
+                answer = await client.post(url, body, headers)
         except Refused as exc:
             return failed(f"refused: {exc}")
         except TimeoutError:

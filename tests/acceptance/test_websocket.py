@@ -1,10 +1,12 @@
 """Zaqar's websocket transport against a live `charon serve` (api/websocket.py): the unchanged
 python-zaqarclient's websocket transport on each store, Keystone's `authenticate`, a pre-signed URL's
-headers, MessagePack frames, and bad frames answered, never a dropped connection."""
+headers, MessagePack frames, a connection that subscribes itself (notified by the service's notifier
+process), and bad frames answered, never a dropped connection."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -124,7 +126,11 @@ def test_bad_frames_are_answered_and_the_connection_goes_on(service: CharonProce
                 "limit",
             ),
             (
-                {"action": "subscription_create", "headers": HEADERS, "body": {"queue_name": "q"}},
+                {
+                    "action": "subscription_create",
+                    "headers": HEADERS,
+                    "body": {"queue_name": "q", "subscriber": "websocket://127.0.0.1:1/x"},
+                },
                 400,
                 "subscriber",
             ),
@@ -182,6 +188,65 @@ def test_bad_frames_are_answered_and_the_connection_goes_on(service: CharonProce
         assert raw(conn, {"action": "ping_node", "headers": HEADERS})["headers"]["status"] == 204
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "msgpack"])
+def test_a_connection_that_subscribes_itself_is_sent_each_notification(
+    service: CharonProcess, binary: bool
+) -> None:
+    """Zaqar's websocket subscription: `subscription_create` without a subscriber makes the connection the
+    subscriber; the notifier (its own process) sends each message posted to the queue, over HTTP by anyone,
+    to the connection as a frame in the format it subscribed in. Closing the connection unsubscribes it, and
+    nobody may subscribe a connection's address as a subscriber of their own."""
+    subs = f"{service.url}/v2/queues/watched/subscriptions"
+    conn = wsclient.create_connection(ws_url(service))
+    try:
+        made = raw(
+            conn,
+            {
+                "action": "subscription_create",
+                "headers": HEADERS,
+                "body": {"queue_name": "watched", "ttl": 600},
+            },
+            binary=binary,
+        )
+        assert made["headers"]["status"] == 201, made
+        sid = made["body"]["subscription_id"]
+        shown = httpx.get(f"{subs}/{sid}", headers=HEADERS, timeout=30).json()
+        assert shown["subscriber"].startswith("websocket://127.0.0.1:")
+        forged = httpx.post(subs, json={"subscriber": shown["subscriber"]}, headers=HEADERS, timeout=30)
+        assert forged.status_code == 400, forged.text
+        assert "subscriber" in forged.json()["description"]
+
+        posted = httpx.post(
+            f"{service.url}/v2/queues/watched/messages",
+            json={"messages": [{"body": {"n": 1}, "ttl": 300}]},
+            headers=HEADERS,
+            timeout=30,
+        )
+        assert posted.status_code == 201, posted.text
+        conn.settimeout(30)
+        frame = conn.recv()
+        assert isinstance(frame, bytes) == binary
+        notice = msgpack.unpackb(frame) if binary else json.loads(frame)
+        assert (notice["body"], notice["queue_name"], notice["Message_Type"]) == (
+            {"n": 1},
+            "watched",
+            "Notification",
+        )
+        assert notice["id"] == posted.json()["resources"][0].rsplit("/", 1)[1]
+        # the connection still answers its own calls in between
+        assert (
+            raw(conn, {"action": "ping_node", "headers": HEADERS}, binary=binary)["headers"]["status"] == 204
+        )
+    finally:
+        conn.close()
+    for _ in range(100):  # closing deleted it
+        if httpx.get(f"{subs}/{sid}", headers=HEADERS, timeout=30).status_code == 404:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the connection's own subscription outlived it")
 
 
 def test_a_pre_signed_urls_headers_allow_what_it_allows(service: CharonProcess) -> None:
