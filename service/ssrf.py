@@ -41,6 +41,7 @@ _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # connecting to 0.x.x.x reach
 # Networks no check of the ipaddress module names, where clouds keep their metadata services: shared address
 # space (100.64.0.0/10: Alibaba's 100.100.100.200) and AWS's IPv6 metadata address.
 _METADATA = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd00:ec2::254/128"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the IPv4 address in its last 32 bits
 _REFUSED_KINDS = (
     ("is_loopback", "loopback"),
     ("is_link_local", "link-local"),
@@ -62,11 +63,26 @@ class Refused(Exception):
     """A webhook's host is refused by the guard at delivery time; the message says which address and why."""
 
 
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries, and reaches through a relay or translator: IPv4-mapped
+    (::ffff:a.b.c.d), 6to4 (2002::/16), Teredo (2001::/32: its client's address) and NAT64 (64:ff9b::/96)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def refusal(address: Address, allowed: Iterable[Network] = ()) -> str | None:
     """Why `address` may not be reached ("loopback", ...), or None when it may: a network in `allowed`
-    overrides every refusal. An IPv4-mapped IPv6 address (::ffff:127.0.0.1) is judged as its IPv4 one."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    overrides every refusal. An IPv6 address that carries an IPv4 one (`embedded_ipv4`: IPv4-mapped, 6to4,
+    Teredo, NAT64) is judged as that IPv4 address: 2002:7f00:1:: is 127.0.0.1."""
+    if isinstance(address, ipaddress.IPv6Address):
+        address = embedded_ipv4(address) or address
     if any(address.version == n.version and address in n for n in allowed):
         return None
     for attribute, kind in _REFUSED_KINDS:

@@ -231,7 +231,13 @@ async def test_a_resolved_name_is_checked() -> None:
         ("127.0.0.1", "loopback"),
         ("::1", "loopback"),
         ("::ffff:127.0.0.1", "loopback"),
-        ("169.254.169.254", "link-local"),
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+        ("2002:a9fe:a9fe::", "link-local"),  # 6to4 of 169.254.169.254
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),  # Teredo, its client 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:5601:5601", "link-local"),  # Teredo, its client 169.254.169.254
+        ("64:ff9b::a9fe:a9fe", "link-local"),  # NAT64 of 169.254.169.254
+        ("2002:5db8:d822::", None),  # 6to4 of a public address
+        ("64:ff9b::5db8:d822", None),
         ("fe80::1", "link-local"),
         ("0.0.0.0", "unspecified"),
         ("::", "unspecified"),
