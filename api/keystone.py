@@ -113,10 +113,11 @@ class TokenValidator:
         self._cache: cachetools.TLRUCache[bytes, TokenInfo] = cachetools.TLRUCache(
             settings.cache_size, ttu=self._until, timer=time.time
         )
-        # tokens Keystone refused (malformed, unknown, expired, revoked): a refusal cannot turn into a
-        # validation, so they are refused again without a call for a minute (keystonemiddleware caches
-        # invalid tokens too); bounded apart, so that junk tokens do not push valid ones out
-        self._refused: cachetools.TTLCache[bytes, str] = cachetools.TTLCache(
+        # tokens refused (Keystone's 404: malformed, unknown, expired, revoked; or not scoped to a project):
+        # a refusal cannot turn into a validation, so they are refused again without a call for a minute
+        # (keystonemiddleware caches invalid tokens too); bounded apart, so that junk tokens do not push
+        # valid ones out
+        self._refused: cachetools.TTLCache[bytes, Unauthenticated | NotAuthorized] = cachetools.TTLCache(
             settings.cache_size, ttl=INVALID_CACHE_SECONDS, timer=time.monotonic
         )
         self._pending: dict[bytes, asyncio.Future[TokenInfo]] = {}
@@ -137,7 +138,7 @@ class TokenValidator:
             return info
         refused = self._refused.get(key)
         if refused is not None:
-            raise Unauthenticated(refused, self.authenticate_uri)
+            raise refused.with_traceback(None)  # the same refusal, its traceback not grown by each raise
         pending = self._pending.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -146,8 +147,8 @@ class TokenValidator:
         try:
             info = await self._ask_in_a_slot(token)
         except BaseException as exc:
-            if isinstance(exc, Unauthenticated):
-                self._refused[key] = str(exc)
+            if isinstance(exc, Unauthenticated | NotAuthorized):
+                self._refused[key] = exc
             elif isinstance(exc, IdentityUnavailable):
                 self._log_failure(exc)
             future.set_exception(exc)

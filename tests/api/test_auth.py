@@ -151,6 +151,35 @@ async def test_a_validated_token_is_cached_until_cache_seconds(
             ).status_code == after_revoking
 
 
+async def test_an_unscoped_token_is_refused_without_asking_keystone_again(
+    keystone: KeystoneServer, redis_store: RedisStore, clock: ManualClock
+) -> None:
+    """A token scoped to no project is refused (403) and the refusal kept like any other: revoked at
+    Keystone after the first request, the second is still told why it was refused, not asked about."""
+    body = {
+        "auth": {
+            "identity": {
+                "methods": ["password"],
+                "password": {
+                    "user": {"name": "alice", "domain": {"id": "default"}, "password": keystone.password}
+                },
+            }
+        }
+    }
+    async with httpx.AsyncClient() as client:
+        made = await client.post(f"{keystone.url}/auth/tokens", json=body, timeout=30)
+    assert made.status_code == 201, made.text
+    unscoped = {"X-Auth-Token": made.headers["X-Subject-Token"], **CLIENT}
+    async with await serve(keystone_settings(keystone), redis_store, clock) as api:
+        first = await api.get("/v2/queues", headers=unscoped)
+        assert first.status_code == 403, first.text
+        assert "not scoped to a project" in first.json()["description"]
+        keystone.revoke(unscoped["X-Auth-Token"])
+        again = await api.get("/v2/queues", headers=unscoped)
+        assert again.status_code == 403, again.text
+        assert again.json()["description"] == first.json()["description"]
+
+
 async def test_keystone_unreachable_is_503_never_allowed(
     keystone: KeystoneServer, redis_store: RedisStore, clock: ManualClock
 ) -> None:
