@@ -23,7 +23,13 @@ from pydantic_core import core_schema
 
 from api.ids import ID_PATTERN, ID_SCHEMA
 from core.limits import NAME_RULE, NAME_SCHEMA, is_name
-from core.models import PROVENANCE, REJECTION_DESCRIPTION, DeadLetterReason, ProvenanceField
+from core.models import (
+    PROVENANCE,
+    REJECTION_DESCRIPTION,
+    DeadLetterReason,
+    NotDeletedReason,
+    ProvenanceField,
+)
 from core.signatures import DEFAULT_MAX_BODY_BYTES, SIGNATURE_CHARS, SIGNATURE_PATTERN
 from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
@@ -551,9 +557,10 @@ class ErrorOut(BaseModel):
 
 class NotDeletedItem(BaseModel):
     id: str
-    reason: Literal["not_claimed", "claimed_by_another"] = Field(
+    reason: NotDeletedReason = Field(
         description="not_claimed: no live claim holds it (the claim expired, or it was never claimed); "
-        "claimed_by_another: a claim that was not listed holds it."
+        "claimed_by_another: a claim that was not listed holds it; dead_lettered: the claim expired and the "
+        "message was moved to the DLQ meanwhile (it will be delivered again from there)."
     )
 
 

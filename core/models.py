@@ -262,6 +262,7 @@ class ClaimResult:
 NotDeletedReason = Literal[
     "not_claimed",  # no live claim holds it (the claim given for it has expired, or it was never claimed)
     "claimed_by_another",  # a live claim that is not among the given ones holds it
+    "dead_lettered",  # its claim expired and a dead-letter move took it to the DLQ (it keeps its id there)
 ]
 
 

@@ -101,7 +101,10 @@ def fingerprint(body: PostMessagesIn) -> str:
 
 
 IDS_DOC = "Message ids, comma-separated (at most 20; on a delete, at most max_messages_per_claim if larger)."
-NOT_DELETED_REASONS = "not_claimed: no live claim holds it; claimed_by_another: a claim not listed holds it"
+NOT_DELETED_REASONS = (
+    "not_claimed: no live claim holds it; claimed_by_another: a claim not listed holds it; dead_lettered: "
+    "its claim expired and it was moved to the DLQ, from which it will be delivered again"
+)
 
 
 class ListQuery(ProvenanceQuery):
@@ -247,8 +250,9 @@ async def list_messages(
     "only if one of the listed claims holds it now, in one atomic step on Redis (a guarded delete per "
     "message on MongoDB). 204 when every listed message was deleted (ids of messages that no longer exist "
     "are skipped); else 403 with `not_deleted`, each `{id, reason}`, reason `not_claimed` (no live claim "
-    "holds it: the claim expired, or it was never claimed) or `claimed_by_another`; the others were "
-    "deleted.\n\n"
+    "holds it: the claim expired, or it was never claimed), `claimed_by_another`, or `dead_lettered` (the "
+    "claim expired and the message was moved to the DLQ meanwhile: it will be delivered again from there); "
+    "the others were deleted.\n\n"
     '`curl -X DELETE -H "Client-ID: $CID" -H "X-Project-ID: $P" '
     '"$BASE/v2/queues/jobs/messages?ids=$M1,$M2&claim_ids=$CLAIM"`',
     status_code=204,

@@ -312,6 +312,7 @@ DELIVERY = DeliveryFields()
 
 # Dotted paths into sub-documents, for queries and updates.
 REDRIVES_PATH = f"{MESSAGE.DEAD_LETTER}.{DEAD_LETTER.redrive_count}"
+SOURCE_PATH = f"{MESSAGE.DEAD_LETTER}.{DEAD_LETTER.source_queue}"  # the queue a dead letter was moved out of
 COUNTER_PROJECT_PATH = f"{COUNTER.ID}.{COUNTER.PROJECT}"
 # The fields of a message document a delivery keeps (the message as it was posted or dead-lettered).
 DELIVERED = dict.fromkeys(

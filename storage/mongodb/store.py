@@ -90,6 +90,7 @@ from storage.mongodb.schema import (
     PROJECT,
     QUEUE,
     QUEUE_INDEX,
+    SOURCE_PATH,
     TASK,
     UNCLAIMED,
     Collections,
@@ -523,6 +524,11 @@ class MongoStore:
         if (await self._c.messages.delete_one({**this, **held})).deleted_count:
             return
         if await self._c.messages.find_one(this, {M.ID: 1}) is None:
+            if claim_id is not None and await self._c.messages.find_one(self._lost(q, [message_id], now)):
+                raise ClaimMismatch(
+                    f"Message {message_id} was not deleted (dead_lettered): its claim expired and it was "
+                    "moved to the dead-letter queue, from which it will be delivered again."
+                )
             return  # no such live message: deleting is idempotent, as in Zaqar
         if claim_id is None:
             raise ClaimMismatch(
@@ -549,11 +555,30 @@ class MongoStore:
         if deleted == len(set(ids)):
             return []
         left = {d[M.ID]: d async for d in self._c.messages.find(live, {M.CLAIM_END: 1})}
+        lost = {d[M.ID] async for d in self._c.messages.find(self._lost(q, ids, now), {M.ID: 1})}
         return [
-            NotDeleted(i, "claimed_by_another" if left[i].get(M.CLAIM_END, 0) > now else "not_claimed")
+            NotDeleted(
+                i,
+                "dead_lettered"
+                if i in lost
+                else "claimed_by_another"
+                if left[i].get(M.CLAIM_END, 0) > now
+                else "not_claimed",
+            )
             for i in dict.fromkeys(ids)
-            if i in left
+            if i in left or i in lost
         ]
+
+    @staticmethod
+    def _lost(q: QueueRef, ids: Sequence[MessageId], now: int) -> dict[str, Any]:
+        """The live messages among `ids` that a dead-letter move took out of `q` (they keep their ids)."""
+        return {
+            M.ID: {"$in": list(ids)},
+            M.PROJECT: q.project,
+            M.QUEUE: {"$ne": q.name},
+            SOURCE_PATH: q.name,
+            M.EXPIRES: {"$gt": now},
+        }
 
     @_op
     async def pop_messages(self, q: QueueRef, *, limit: int) -> list[Message]:

@@ -72,6 +72,28 @@ async def test_an_expired_claim_acknowledges_nothing(client: httpx.AsyncClient, 
 
 
 @pytest.mark.every_store
+async def test_an_acknowledgement_too_late_says_the_message_went_to_the_dlq(
+    client: httpx.AsyncClient, clock: ManualClock
+) -> None:
+    """The claim expired while the consumer worked, and the claim after it moved the used-up message to the
+    DLQ: acknowledging it is a 403 saying `dead_lettered`, not a 204 (it will be processed again)."""
+    meta = {"_max_claim_count": 1, "_dead_letter_queue": "jobs.dlq"}
+    assert (await client.put("/v2/queues/jobs", json=meta)).status_code == 201
+    await post_messages(client, "jobs", "a")
+    cid, ids = await claim(client, "jobs")
+    clock.advance(61)
+    assert (await client.post("/v2/queues/jobs/claims", json=CLAIM)).status_code == 204  # it moved
+    r = await client.delete("/v2/queues/jobs/messages", params={"ids": ids[0], "claim_ids": cid})
+    assert r.status_code == 403, r.text
+    assert r.json()["not_deleted"] == [{"id": ids[0], "reason": "dead_lettered"}]
+    assert "dead_lettered: its claim expired and it was moved to the DLQ" in r.json()["description"]
+    one = await client.delete(f"/v2/queues/jobs/messages/{ids[0]}", params={"claim_id": cid})
+    assert one.status_code == 403, one.text
+    assert "dead_lettered" in one.json()["description"]
+    assert await bodies(client, "jobs.dlq") == ["a"]
+
+
+@pytest.mark.every_store
 async def test_the_bulk_delete_of_zaqar_ignores_claims_without_claim_ids(client: httpx.AsyncClient) -> None:
     await post_messages(client, "jobs", "a", "b")
     _, ids = await claim(client, "jobs")

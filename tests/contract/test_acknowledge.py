@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from core.clock import ManualClock
-from core.errors import ClaimNotFound
+from core.errors import ClaimMismatch, ClaimNotFound
 from core.models import ClaimId, MessageId, NotDeleted
 from storage.base import Store
-from tests.contract.helpers import Q, claim_ids, post
+from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
 
 pytestmark = pytest.mark.every_store
 
@@ -111,3 +111,23 @@ async def test_an_expired_or_unknown_claim_cannot_be_acknowledged(store: Store, 
     with pytest.raises(ClaimNotFound):
         await store.acknowledge_claim(Q, ClaimId("e" * 32))
     assert await left(store) == ["a"]
+
+
+async def test_a_message_its_expired_claim_lost_to_the_dlq_is_not_acknowledged(
+    store: Store, clock: ManualClock
+) -> None:
+    """A consumer whose claim expired while it worked, and whose messages went to the DLQ meanwhile, is told
+    (`dead_lettered`): they will be processed again from there. One deleted since is skipped, as ever."""
+    await set_meta(store, Q, _dead_letter_queue=DLQ.name, _max_claim_count=1)
+    await post(store, Q, "a", "b", "c")
+    cid, ids = await claim_ids(store, Q, limit=3, ttl=60)
+    clock.advance(61)
+    await store.sweep()  # the claim's end moved its used-up messages to the DLQ
+    assert sorted(m.id for m in await store.get_messages(DLQ, ids)) == sorted(ids)
+    await store.delete_messages(DLQ, ids[2:])  # the DLQ's consumer handled one already
+    refused = await store.delete_messages(Q, ids, claim_ids=[cid])
+    assert refused == [NotDeleted(ids[0], "dead_lettered"), NotDeleted(ids[1], "dead_lettered")]
+    with pytest.raises(ClaimMismatch, match="dead_lettered"):
+        await store.delete_message(Q, ids[0], claim_id=cid)
+    await store.delete_message(Q, ids[2], claim_id=cid)  # gone for good: nothing to say
+    assert sorted(m.id for m in await store.get_messages(DLQ, ids)) == sorted(ids[:2])
