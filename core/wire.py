@@ -98,10 +98,14 @@ def checksum(body: Any) -> str | None:
     return "MD5:" + hashlib.md5(json.dumps(body).encode(), usedforsecurity=False).hexdigest()
 
 
-def message(m: Message, now_ms: int, shown: Shown = EVERYTHING) -> dict[str, Any]:
+def message(m: Message, now_ms: int, shown: Shown = EVERYTHING, claim: str | None = None) -> dict[str, Any]:
+    """The message as Zaqar shows it. Its href names the claim that holds it now; in a claim's own answer,
+    `claim` (that claim's id), whatever the time: an answer built after the claim ended still says which
+    claim the consumer got it from."""
+    held = claim if claim is not None else m.claim_id if m.is_claimed(now_ms) else None
     out: dict[str, Any] = {
         "id": m.id,
-        "href": message_href(m.queue, m.id, m.claim_id if m.is_claimed(now_ms) else None, shown.kind),
+        "href": message_href(m.queue, m.id, held, shown.kind),
         "ttl": m.ttl,
         "age": m.age(now_ms),
         "body": m.body,
@@ -117,8 +121,10 @@ def message(m: Message, now_ms: int, shown: Shown = EVERYTHING) -> dict[str, Any
     return out
 
 
-def messages(items: Iterable[Message], now_ms: int, shown: Shown = EVERYTHING) -> list[dict[str, Any]]:
-    return [message(m, now_ms, shown) for m in items]
+def messages(
+    items: Iterable[Message], now_ms: int, shown: Shown = EVERYTHING, claim: str | None = None
+) -> list[dict[str, Any]]:
+    return [message(m, now_ms, shown, claim) for m in items]
 
 
 def stamp(

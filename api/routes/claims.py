@@ -106,7 +106,7 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
         return Response(status_code=204)
     now = call.clock.now_ms()
     return json_response(
-        {"messages": messages(result.claim.messages, now, shown)},
+        {"messages": messages(result.claim.messages, now, shown, claim=result.claim.id)},
         status_code=201,
         headers={"Location": f"/v2/queues/{call.q.name}/claims/{result.claim.id}"},
     )
@@ -129,7 +129,7 @@ async def get_claim(
             "ttl": claim.ttl,
             "grace": claim.grace,
             "href": f"/v2/queues/{q.name}/claims/{claim.id}",
-            "messages": messages(claim.messages, now, shown),
+            "messages": messages(claim.messages, now, shown, claim=claim.id),
         }
     )
 

@@ -258,3 +258,28 @@ def test_good_markers(marker: str) -> None:
 def test_bad_markers(marker: str) -> None:
     with pytest.raises(InvalidInput, match="marker"):
         check_marker(marker)
+
+
+def test_a_claims_answer_names_its_claim_in_every_href_even_once_it_expired() -> None:
+    """A claim's answer built after the claim ended (a saturated store took longer than its ttl) still
+    gives each message's href its claim id: the consumer needs it to delete what it claimed, and is then
+    told the claim expired, instead of deleting without one."""
+    from core.models import ClaimId, Message, MessageId
+    from core.wire import messages
+
+    claimed = Message(
+        id=MessageId("a" * 32),
+        queue="jobs",
+        body={"n": 1},
+        ttl=300,
+        created_ms=0,
+        expires_ms=300_000,
+        claim_id=ClaimId("c" * 32),
+        claim_expires_ms=60_000,
+        claim_count=1,
+    )
+    late = 61_000
+    [shown] = messages([claimed], late, claim=claimed.claim_id)
+    assert shown["href"] == f"/v2/queues/jobs/messages/{'a' * 32}?claim_id={'c' * 32}"
+    [listed] = messages([claimed], late)  # a listing shows the claim only while it holds the message
+    assert listed["href"] == f"/v2/queues/jobs/messages/{'a' * 32}"
