@@ -44,9 +44,19 @@ class DataDirInUse(StorageUnavailable):
     pass
 
 
+def _running(pid: str) -> bool:
+    """Whether `pid` (as the lock file has it) names a process that is running (not a zombie)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (ValueError, OSError, IndexError):
+        return False
+
+
 def lock_data_dir(data_dir: Path, wait_s: float = LOCK_WAIT_S) -> int:
     """An open descriptor holding `data_dir`/charon.lock (with this process's PID in it); raises DataDirInUse
-    naming the directory and the PID holding it when another service still does after `wait_s`."""
+    naming the directory and the PID holding it: at once when that service is running, else (it died, and
+    the redis-server it started is finishing its AOF) when the lock is still held after `wait_s`."""
     path = data_dir / "charon.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + wait_s
@@ -55,8 +65,8 @@ def lock_data_dir(data_dir: Path, wait_s: float = LOCK_WAIT_S) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            if time.monotonic() >= deadline:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            if _running(holder) or time.monotonic() >= deadline:
                 os.close(fd)
                 raise DataDirInUse(
                     f"The data directory {data_dir} is in use by another Charon service (PID {holder}, or "

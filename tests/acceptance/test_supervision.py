@@ -20,6 +20,7 @@ from tests.conftest import CLIENT_ID
 from tests.servers import CharonProcess, redis_servers_on
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 HEADERS = {"Client-ID": CLIENT_ID, "X-Project-ID": "supervision"}
 
 
@@ -82,6 +83,27 @@ def test_kill_9_of_the_parent_leaves_nothing_running_and_a_restart_binds(tmp_pat
         assert set(acknowledged) <= set(stored)
     finally:
         again.stop()
+
+
+def test_a_data_directory_whose_service_is_alive_is_refused_at_once(tmp_path: Path) -> None:
+    """Its lock's holder is a live service: no use waiting for it (a wait of an hour is not waited); a
+    holder that just died is still waited for, while its redis-server finishes (the next test)."""
+    data = tmp_path / "data"
+    first = CharonProcess(None, data_dir=data).start()
+    assert first.proc is not None
+    try:
+        code = (
+            "from pathlib import Path; from app.embedded import lock_data_dir; "
+            f"lock_data_dir(Path({str(data)!r}), 3600)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False, cwd=ROOT
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "DataDirInUse" in done.stderr
+        assert f"PID {first.proc.pid}" in done.stderr
+    finally:
+        first.stop()
 
 
 def test_a_second_service_on_a_data_directory_in_use_refuses_to_start(tmp_path: Path) -> None:
