@@ -25,10 +25,12 @@ from typing import cast
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors import Multiprocess
+from uvicorn.supervisors.multiprocess import Process
 
 from app.embedded import die_with_parent
 
 PARENT_GONE_GRACE_S = 0.8  # a worker whose supervisor died finishes its requests this long, then exits
+START_GRACE_S = 120.0  # a starting worker may take this long to answer its first health check
 logger = logging.getLogger("uvicorn.error")
 
 
@@ -126,12 +128,51 @@ def _remove_stale(parent: Path) -> None:
 
 class Supervisor(Multiprocess):
     """uvicorn's supervisor, which also tells prometheus-client of every worker that is gone (died, or
-    replaced on SIGHUP), so that the gauges counted over live workers leave it out."""
+    replaced on SIGHUP), so that the gauges counted over live workers leave it out; and which gives a
+    starting worker time to start.
+
+    A worker answers uvicorn's health check (a ping on a pipe, every half second, answered within
+    `timeout_worker_healthcheck`, 5 s) only once it has imported the app. On a CPU starved by other work that
+    took longer, and uvicorn killed the worker as hung and started another, which fared no better: the
+    service never came up. Here a worker is health-checked only once it has answered one ping (sent once,
+    and its answer looked for without waiting); until then it is left to start while its process runs, for
+    up to START_GRACE_S."""
+
+    def __init__(self, config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+        super().__init__(config, sockets)
+        self._pinged: dict[int, float] = {}  # starting workers (by PID): when their first ping was sent
+        self._answered: set[int] = set()
 
     def keep_subprocess_alive(self) -> None:
         before = self._pids()
-        super().keep_subprocess_alive()
+        starting = [p for p in self.processes if self._starting(p)]
+        if starting:  # uvicorn's check, over the started ones alone (it replaces a worker by its index)
+            everyone = self.processes
+            self.processes = [p for p in everyone if p not in starting]
+            try:
+                super().keep_subprocess_alive()
+            finally:
+                self.processes = [p if p in starting else self.processes.pop(0) for p in everyone]
+        else:
+            super().keep_subprocess_alive()
         self._gone(before)
+        alive = self._pids()
+        self._answered &= alive
+        self._pinged = {pid: at for pid, at in self._pinged.items() if pid in alive}
+
+    def _starting(self, process: Process) -> bool:
+        """Whether `process` is a worker still starting: running, not yet answered, within its grace."""
+        pid = process.pid
+        if pid is None or pid in self._answered or not process.process.is_alive():
+            return False
+        if pid not in self._pinged:
+            self._pinged[pid] = time.monotonic()
+            process.parent_conn.send(b"ping")
+        if process.parent_conn.poll(0):
+            process.parent_conn.recv()  # its answer: started
+            self._answered.add(pid)
+            return False
+        return time.monotonic() - self._pinged[pid] < START_GRACE_S
 
     def restart_all(self) -> None:
         before = self._pids()

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import CLIENT_ID
-from tests.servers import CharonProcess
+from tests.servers import CharonProcess, spawn
 
 pytestmark = pytest.mark.slow  # live server processes
 
@@ -141,3 +141,35 @@ def test_workers_that_cannot_start_stop_the_service_with_exit_code_1(
         done = subprocess.run(argv, env=service.env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert said in done.stderr
+
+
+SLOW_START = """\
+import sys
+import time
+
+if "--multiprocessing-fork" in sys.argv:  # a worker (a spawned process), as on a starved CPU: 12 s to start
+    time.sleep(12)
+"""
+
+
+def test_workers_slow_to_start_are_waited_for_not_killed(redis_url: str, tmp_path: Path) -> None:
+    """On a CPU starved by other work a worker can take longer to import than uvicorn's 5 s health check,
+    which then killed it and started another, for ever. Here each worker takes 12 s to start (a
+    sitecustomize that sleeps in spawned processes): both start once, and serve."""
+    (tmp_path / "sitecustomize.py").write_text(SLOW_START)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    service = CharonProcess(
+        redis_url, namespace=f"s{os.urandom(4).hex()}", env={"CHARON_WORKERS": "2", "PYTHONPATH": path}
+    )
+    argv = [service.python, "-m", "app.cli", "serve", "--port", str(service.port), "--log-level", "info"]
+    proc = spawn(argv, env=service.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: len(workers_of(proc.pid)) == 2, "two workers did not start")
+        first = workers_of(proc.pid)
+        wait_for(lambda: listeners(service.port) == 2, "the slow workers never both listened", seconds=60)
+        assert workers_of(proc.pid) == first  # neither was killed and replaced
+        assert httpx.get(f"{service.url}/v2/ping", timeout=10).status_code == 204
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert b"died" not in err, err.decode(errors="replace")[-2000:]
