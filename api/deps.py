@@ -183,13 +183,27 @@ async def read_json(request: Request, *, max_size: int, what: str) -> JsonBody:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_size:
         raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {declared}.")
-    raw = await request.body()
-    if len(raw) > max_size:
-        raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got {len(raw)}.")
+    raw = await read_at_most(request, max_size, what)
     if not raw.strip():
         return JsonBody(None, 0, 0)
     value = parse_json(raw, state_of(request).limits.max_json_depth)
     return JsonBody(value, len(raw), raw.count(b"[") + raw.count(b"{"))
+
+
+async def read_at_most(request: Request, max_size: int, what: str) -> bytes:
+    """The body, read as it arrives and refused (413) once it passes `max_size`: a body without a
+    Content-Length (chunked) is never taken in whole before its size is known. The rest is left unread
+    (the server closes the connection after the answer)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_size:
+            raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got more.")
+        chunks.append(chunk)
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    request._body = raw  # read again by whoever asks (Starlette's Request.body() keeps it so too)
+    return raw
 
 
 def parse_json(raw: bytes, max_depth: int) -> Any:
