@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 import orjson
 from fastapi import Depends, Request
 from pydantic import BaseModel, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
 from api.auth import identity_of
 from api.errors import describe_errors
@@ -26,7 +27,7 @@ from api.params import QUERY, QueryModel
 from api.render import Shown
 from api.state import state_of
 from core.clock import Clock
-from core.errors import InvalidBody, PayloadTooLarge, UnsupportedMediaType
+from core.errors import InvalidBody, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from core.limits import Limits, check_client_id, check_project, check_queue_name, check_topic_name
 from core.metadata import DeadLetterDefaults
 from core.models import QueueRef, topics_of
@@ -196,11 +197,17 @@ async def read_at_most(request: Request, max_size: int, what: str) -> bytes:
     (the server closes the connection after the answer)."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_size:
-            raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got more.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_size:
+                raise PayloadTooLarge(f"{what} may be at most {max_size} bytes; got more.")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or cut for its slowness (app/http.py): answered to nobody, logged 408
+        raise RequestTimeout(
+            f"{what} did not arrive whole: the client went away, or took longer than "
+            "CHARON_HTTP__BODY_TIMEOUT to send it. Nothing was done."
+        ) from None
     raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     request._body = raw  # read again by whoever asks (Starlette's Request.body() keeps it so too)
     return raw

@@ -8,6 +8,7 @@ Every subcommand reads the same settings (app/settings.py: CHARON_* variables ov
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -45,9 +46,8 @@ def serve(args: argparse.Namespace) -> int:
     from app.workers import share_metrics
 
     share_metrics(args.workers or None)  # first: before anything imports prometheus-client
-    import uvicorn
-
     from app.embedded import EmbeddedRedis
+    from app.http import CharonConfig
     from app.main import authenticator
     from core.clock import SystemClock
 
@@ -104,17 +104,32 @@ def serve(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": settings.shutdown_timeout,
     }
     try:
-        if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
-            from app.workers import run_workers
-
-            return run_workers(uvicorn.Config(app, factory=True, **options))
-        uvicorn.run(app, factory=True, **options)
+        return _run(CharonConfig(app, factory=True, bounds=settings.http, **options))
     finally:
         if supervised is not None:
             supervised.stop()
         if embedded is not None:
             embedded.stop()
-    return 0
+
+
+def _run(config: Any) -> int:
+    """Serve `config` (app/http.py CharonConfig) until stopped: its workers under app/workers.py's
+    supervisor, or one process as uvicorn.run would. 1 when it could not start."""
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    if config.workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+        from app.workers import run_workers
+
+        return run_workers(config)
+    if config.workers > 1:  # no SO_REUSEPORT: uvicorn's own supervisor, on one shared socket
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        return 0
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0 if server.started else STARTUP_FAILURE  # as uvicorn.run: its error is logged
 
 
 def notify(args: argparse.Namespace) -> int:

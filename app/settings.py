@@ -32,6 +32,7 @@ from pydantic_settings import (
 from api.auth import AuthMode
 from api.cors import ALLOW_HEADERS, ALLOW_METHODS, EXPOSE_HEADERS
 from api.keystone import KeystoneSettings
+from app.http import HttpSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
 from service.delivery import NotificationSettings
@@ -413,6 +414,11 @@ class Settings(BaseSettings):
         "else http://localhost:4318/v1/traces).",
     )
 
+    http: HttpSettings = Field(
+        default_factory=HttpSettings,
+        description="What a client may take of the service, as a reverse proxy bounds its clients: e.g. "
+        "CHARON_HTTP__HEADER_TIMEOUT.",
+    )
     cors: CorsSettings = Field(
         default_factory=CorsSettings,
         description="Cross-origin requests from browsers, off by default: e.g. CHARON_CORS__ALLOWED_ORIGIN.",

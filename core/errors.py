@@ -12,6 +12,7 @@ CharonError
  ├── NotFound               404 "Not found"
  │    ├── MessageNotFound
  │    └── ClaimNotFound
+ ├── RequestTimeout         408 "Request timeout" (the body did not arrive whole: nothing was done)
  ├── Conflict               409 "Resource conflict"
  ├── PayloadTooLarge        413 "Request body too large"
  ├── UnsupportedMediaType   415 "Unsupported media type"
@@ -140,6 +141,13 @@ class SubscriptionExists(Conflict):
 
 class MetadataChanged(Conflict):
     """Queue metadata of the project changed since it was read; the writer re-reads and tries again."""
+
+
+class RequestTimeout(CharonError):
+    """The request's body did not arrive whole: its client went away, or was cut for taking too long."""
+
+    status = 408
+    title = "Request timeout"
 
 
 class PayloadTooLarge(CharonError):
