@@ -68,25 +68,20 @@ class CharonConfig(uvicorn.Config):
         self.bounds = bounds
 
 
+SWEEP_S = 0.5  # how often a process looks for requests past their bounds
+
+
 class BoundedHttp(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol; a request whose headers or body come too slowly loses its connection."""
+    """uvicorn's HTTP/1.1 protocol; a request whose headers or body come too slowly loses its connection.
+    A request only notes when its current phase is due (a clock read); one sweep a process, every
+    SWEEP_S, closes the connections past theirs, so a bound costs a request no timer of its own."""
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         bounds: HttpSettings = getattr(config, "bounds", None) or HttpSettings()
         self._header_s, self._body_s = bounds.header_timeout, bounds.body_timeout
         self._max = bounds.max_connections
-        self._late: asyncio.TimerHandle | None = None
-
-    def _arm(self, seconds: float | None) -> None:
-        if self._late is not None:
-            self._late.cancel()
-        self._late = None if seconds is None else self.loop.call_later(seconds, self._cut)
-
-    def _cut(self) -> None:
-        self._late = None
-        if not self.transport.is_closing():
-            self.transport.close()
+        self._due: float | None = None  # when the phase the request is in must have ended (loop time)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -94,25 +89,35 @@ class BoundedHttp(HttpToolsProtocol):
             transport.write(_busy(self._max))
             transport.close()
             return
-        self._arm(self._header_s)  # the first request's headers
+        self._due = self.loop.time() + self._header_s  # the first request's headers
+        if not getattr(self.server_state, "charon_sweeping", False):
+            self.server_state.charon_sweeping = True  # type: ignore[attr-defined]
+            self.loop.call_later(SWEEP_S, _sweep, self.loop, self.connections)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._arm(self._header_s)  # a kept-alive connection's next request
+        self._due = self.loop.time() + self._header_s  # a kept-alive connection's next request
 
     def on_headers_complete(self) -> None:
-        self._arm(self._body_s)
+        self._due = self.loop.time() + self._body_s
         super().on_headers_complete()
         if self.parser.should_upgrade():  # a websocket: no body, and its own protocol from here
-            self._arm(None)
+            self._due = None
 
     def on_message_complete(self) -> None:
-        self._arm(None)
+        self._due = None
         super().on_message_complete()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._arm(None)
-        super().connection_lost(exc)
+
+def _sweep(loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+    """Close every connection whose request is past its bound; again in SWEEP_S."""
+    now = loop.time()
+    for conn in list(connections):
+        due = getattr(conn, "_due", None)
+        if due is not None and due < now and not conn.transport.is_closing():
+            conn._due = None
+            conn.transport.close()
+    loop.call_later(SWEEP_S, _sweep, loop, connections)
 
 
 def _busy(most: int) -> bytes:
