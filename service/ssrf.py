@@ -13,8 +13,10 @@ Two checks:
   gains nothing.
 
 Private networks (RFC 1918's 10/8, 172.16/12, 192.168/16, and IPv6 fc00::/7) are allowed: OpenStack
-tenants' receivers often live there. An operator allows refused networks too with `allowed_networks`
-(CHARON_NOTIFICATIONS__ALLOWED_NETWORKS), e.g. 127.0.0.0/8 for a receiver on the same host.
+tenants' receivers often live there. An operator refuses more networks, private ones included, with
+`denied` (CHARON_NOTIFICATIONS__DENIED_NETWORKS: a Charon beside internal services), and allows networks
+with `allowed` (CHARON_NOTIFICATIONS__ALLOWED_NETWORKS), e.g. 127.0.0.0/8 for a receiver on the same host:
+an allowed network is the exception to every refusal, the denied ones included.
 """
 
 from __future__ import annotations
@@ -77,14 +79,17 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
     return None
 
 
-def refusal(address: Address, allowed: Iterable[Network] = ()) -> str | None:
+def refusal(address: Address, allowed: Iterable[Network] = (), denied: Iterable[Network] = ()) -> str | None:
     """Why `address` may not be reached ("loopback", ...), or None when it may: a network in `allowed`
-    overrides every refusal. An IPv6 address that carries an IPv4 one (`embedded_ipv4`: IPv4-mapped, 6to4,
-    Teredo, NAT64) is judged as that IPv4 address: 2002:7f00:1:: is 127.0.0.1."""
+    overrides every refusal, including a network in `denied` (the operator's). An IPv6 address that
+    carries an IPv4 one (`embedded_ipv4`: IPv4-mapped, 6to4, Teredo, NAT64) is judged as that IPv4 address:
+    2002:7f00:1:: is 127.0.0.1."""
     if isinstance(address, ipaddress.IPv6Address):
         address = embedded_ipv4(address) or address
     if any(address.version == n.version and address in n for n in allowed):
         return None
+    if any(address.version == n.version and address in n for n in denied):
+        return "denied (CHARON_NOTIFICATIONS__DENIED_NETWORKS)"
     for attribute, kind in _REFUSED_KINDS:
         if getattr(address, attribute):
             return kind
@@ -141,14 +146,20 @@ def parse_mailto(uri: str) -> Mailto:
 
 
 def check_subscriber(
-    uri: str, limits: Limits, *, allowed_networks: Sequence[Network] = (), mail: bool = True
+    uri: str,
+    limits: Limits,
+    *,
+    allowed_networks: Sequence[Network] = (),
+    denied_networks: Sequence[Network] = (),
+    mail: bool = True,
 ) -> str:
     """Validate a subscriber URI given to create or change a subscription, without I/O: http, https (or
     trust+http(s), a webhook notified with a Keystone trust's token, checked alike) or mailto (only when
     `mail`: the service has an SMTP server to send through); at most
     limits.max_subscriber_length characters; an http(s) URI has a host, no user:password@ and a port in
     range; a mailto: URI is what `parse_mailto` takes; an IP-literal host in a refused network (see
-    `refusal`; private networks are allowed) is refused unless in `allowed_networks`. A host name is only
+    `refusal`; private networks are allowed unless in `denied_networks`) is refused unless in
+    `allowed_networks`. A host name is only
     checked when a notification is delivered. Returns `uri`; raises InvalidInput naming `subscriber`."""
     if not isinstance(uri, str) or not uri:
         raise InvalidInput(f"{FIELD} must be a non-empty string (an http, https or mailto URI).")
@@ -197,7 +208,7 @@ def check_subscriber(
         )
     if address is None and (host.rstrip(".") == "localhost" or host.rstrip(".").endswith(".localhost")):
         address = ipaddress.IPv4Address("127.0.0.1")  # RFC 6761: such names are loopback, whatever DNS says
-    why = None if address is None else refusal(address, allowed_networks)
+    why = None if address is None else refusal(address, allowed_networks, denied_networks)
     if why is not None:
         raise InvalidInput(
             f"{FIELD} may not reach {host}, a {why} address: webhooks are refused loopback, link-local, "
@@ -207,19 +218,23 @@ def check_subscriber(
     return uri
 
 
-async def resolve_checked(host: str, port: int, allowed: Sequence[Network] = ()) -> list[str]:
+async def resolve_checked(
+    host: str, port: int, allowed: Sequence[Network] = (), denied: Sequence[Network] = ()
+) -> list[str]:
     """Every address `host` resolves to, in the resolver's order, once each, all of them checked
     (`check_addresses`). socket.gaierror (an OSError) when it does not resolve."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return check_addresses(host, [str(info[4][0]) for info in infos], allowed)
+    return check_addresses(host, [str(info[4][0]) for info in infos], allowed, denied)
 
 
-def check_addresses(host: str, addresses: Sequence[str], allowed: Sequence[Network] = ()) -> list[str]:
+def check_addresses(
+    host: str, addresses: Sequence[str], allowed: Sequence[Network] = (), denied: Sequence[Network] = ()
+) -> list[str]:
     """`addresses` (of `host`) once each; Refused when ANY of them is refused: a name with one good and one
     internal address could otherwise be steered to the internal one."""
     unique = list(dict.fromkeys(addresses))
     for text in unique:
-        why = refusal(ipaddress.ip_address(text.split("%", 1)[0]), allowed)  # without an IPv6 zone
+        why = refusal(ipaddress.ip_address(text.split("%", 1)[0]), allowed, denied)  # without an IPv6 zone
         if why is not None:
             shown = host if host == text else f"{host} resolves to {text}, which"
             raise Refused(f"{shown} is a {why} address, refused to webhooks")

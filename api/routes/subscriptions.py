@@ -69,8 +69,13 @@ def _subscriber(uri: str, limits: Limits, request: Request) -> str:
     if uri == request.scope.get(SELF_SUBSCRIBER):  # a websocket connection subscribing itself
         return uri
     notifications = state_of(request).notifications
-    allowed, mail = notifications.allowed_networks, bool(notifications.smtp_host)
-    return check_subscriber(uri, limits, allowed_networks=allowed, mail=mail)
+    return check_subscriber(
+        uri,
+        limits,
+        allowed_networks=notifications.allowed_networks,
+        denied_networks=notifications.denied_networks,
+        mail=bool(notifications.smtp_host),
+    )
 
 
 TRUST_ID = "trust_id"  # options' key of a trust+ subscriber's Keystone trust (Zaqar's), the service's own

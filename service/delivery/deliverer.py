@@ -75,6 +75,7 @@ class Deliverer:
         self._active = 0
         self._client = WebhookClient(
             settings.allowed_networks,
+            denied=settings.denied_networks,
             max_idle=min(settings.max_concurrent, KEEPALIVE_CONNECTIONS),
             max_answer_bytes=MAX_ANSWER_BYTES,
         )

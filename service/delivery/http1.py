@@ -58,8 +58,15 @@ class _Connection:
 
 
 class WebhookClient:
-    def __init__(self, allowed: Sequence[Network] = (), *, max_idle: int, max_answer_bytes: int) -> None:
-        self.allowed = tuple(allowed)
+    def __init__(
+        self,
+        allowed: Sequence[Network] = (),
+        *,
+        denied: Sequence[Network] = (),
+        max_idle: int,
+        max_answer_bytes: int,
+    ) -> None:
+        self.allowed, self.denied = tuple(allowed), tuple(denied)
         self.max_idle = max_idle
         self.max_answer_bytes = max_answer_bytes
         self._idle: dict[tuple[str, str, int], deque[_Connection]] = {}
@@ -129,7 +136,7 @@ class WebhookClient:
 
     async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
         try:
-            addresses = await resolve_checked(host, port, self.allowed)
+            addresses = await resolve_checked(host, port, self.allowed, self.denied)
         except OSError as exc:
             raise OSError(f"cannot resolve {host}: {exc}") from exc
         tls = self._tls_context() if scheme == "https" else None

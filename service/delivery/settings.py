@@ -59,7 +59,15 @@ class NotificationSettings(BaseModel):
         (),
         description='Networks (CIDRs, a JSON list: \'["127.0.0.0/8", "::1/128"]\') a webhook may reach '
         "although they are loopback, link-local, unspecified, multicast or reserved, which are refused "
-        "otherwise. Private networks (10/8, 172.16/12, 192.168/16, fc00::/7) are always allowed.",
+        "otherwise, and the DENIED_NETWORKS: an allowed network is the exception to every refusal. Private "
+        "networks (10/8, 172.16/12, 192.168/16, fc00::/7) are allowed unless denied.",
+    )
+    denied_networks: tuple[IPvAnyNetwork, ...] = Field(
+        (),
+        description='Networks (CIDRs, a JSON list: \'["10.0.0.0/8", "172.16.0.0/12"]\') a webhook may not '
+        "reach, private ones included: a Charon beside internal services keeps tenants from aiming webhooks "
+        "at them. ALLOWED_NETWORKS makes exceptions. Checked at subscribing (an IP given in the URL) and at "
+        "each delivery (every address a name resolves to).",
     )
     smtp_host: str = Field(
         "",

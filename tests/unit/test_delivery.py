@@ -322,6 +322,27 @@ def test_an_operator_allowed_network_may_be_subscribed() -> None:
     assert check_subscriber("http://127.0.0.1:8080/", LIMITS, allowed_networks=allowed)
 
 
+def test_an_operator_denies_networks_private_ones_included_allowing_exceptions() -> None:
+    """CHARON_NOTIFICATIONS__DENIED_NETWORKS: a Charon beside internal services refuses webhooks to them, at
+    subscribing (an IP in the URL) and at delivery (every address a name resolves to); ALLOWED_NETWORKS
+    makes exceptions."""
+    denied = [ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("fd00::/8")]
+    allowed = [ipaddress.ip_network("10.9.9.9/32")]
+    assert refusal(ipaddress.ip_address("10.1.2.3")) is None  # private: allowed by default
+    assert (
+        refusal(ipaddress.ip_address("10.1.2.3"), (), denied)
+        == "denied (CHARON_NOTIFICATIONS__DENIED_NETWORKS)"
+    )
+    assert refusal(ipaddress.ip_address("fd00::5"), (), denied) is not None
+    assert refusal(ipaddress.ip_address("10.9.9.9"), allowed, denied) is None
+    assert refusal(ipaddress.ip_address("192.168.1.1"), allowed, denied) is None
+    with pytest.raises(InvalidInput, match=r"subscriber may not reach 10\.1\.2\.3, a denied"):
+        check_subscriber("http://10.1.2.3:8080/hook", LIMITS, denied_networks=denied)
+    assert check_subscriber("http://10.9.9.9/", LIMITS, allowed_networks=allowed, denied_networks=denied)
+    with pytest.raises(Refused, match=r"jobs\.internal resolves to 10\.0\.0\.7, which is a denied"):
+        check_addresses("jobs.internal", ["192.0.2.10", "10.0.0.7"], (), denied)
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
