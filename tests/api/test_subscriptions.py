@@ -24,8 +24,8 @@ HOOK = "https://hooks.example.com/charon"
 @pytest.fixture
 def settings() -> Settings:
     """A service with an SMTP server configured (mailto: subscribers are refused without one; no test here
-    delivers)."""
-    mail = NotificationSettings(smtp_host="mail.example")
+    delivers), which denies webhooks a private network (198.18.0.0/15)."""
+    mail = NotificationSettings(smtp_host="mail.example", denied_networks=("198.18.0.0/15",))  # type: ignore[arg-type]
     return Settings(storage_uri="redis://unused", notifications=mail)
 
 
@@ -133,6 +133,7 @@ async def test_a_queue_has_at_most_its_limit_of_subscriptions(client: httpx.Asyn
         ({"subscriber": "trust+https://hooks.example.com/"}, "CHARON_AUTH=keystone"),  # noauth: no trusts
         ({"subscriber": "trust+http://169.254.169.254/latest/"}, "subscriber"),
         ({"subscriber": "trust+ftp://files.example.com/x"}, "subscriber"),
+        ({"subscriber": "http://198.18.0.5:8080/"}, "CHARON_NOTIFICATIONS__DENIED_NETWORKS"),
         ({"subscriber": "https://"}, "subscriber"),
         ({"subscriber": "https://user:secret@hooks.example.com/"}, "subscriber"),
         ({"subscriber": "https://hooks.example.com:99999/"}, "subscriber"),
