@@ -6,7 +6,8 @@ how long a request's headers or body may take to arrive: a client that sends hal
 byte at a time, holds its connection (and a request, and its memory) for ever. `BoundedHttp` is uvicorn's
 HTTP/1.1 protocol (httptools) with nginx's `client_header_timeout` (from the request's first byte, or the
 connection's opening, to its last header) and `client_body_timeout` (here: from the last header to the body's
-end, whole): past either, the connection is closed. And a connection beyond `max_connections` open in the
+end, whole), each read by a sweep of the process's connections every SWEEP_S (so to half a second), which
+costs a request nothing: past either, the connection is closed. And a connection beyond `max_connections` open in the
 process is answered 503 in Zaqar's JSON and closed at once (uvicorn's `limit_concurrency` answers plain
 text, and only once the request's headers have come). `CharonConfig` carries the bounds to every worker (a
 worker gets its Config pickled, so the protocol is a class of this module, which reads them from it)."""
@@ -72,52 +73,62 @@ SWEEP_S = 0.5  # how often a process looks for requests past their bounds
 
 
 class BoundedHttp(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol; a request whose headers or body come too slowly loses its connection.
-    A request only notes when its current phase is due (a clock read); one sweep a process, every
-    SWEEP_S, closes the connections past theirs, so a bound costs a request no timer of its own."""
+    """uvicorn's HTTP/1.1 protocol, with a process's connections bounded in number (`connection_made`) and
+    in time (`Sweep`, which a request costs nothing: it reads uvicorn's own state of each connection)."""
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        bounds: HttpSettings = getattr(config, "bounds", None) or HttpSettings()
-        self._header_s, self._body_s = bounds.header_timeout, bounds.body_timeout
-        self._max = bounds.max_connections
-        self._due: float | None = None  # when the phase the request is in must have ended (loop time)
+        self.bounds: HttpSettings = getattr(config, "bounds", None) or HttpSettings()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self._max:
-            transport.write(_busy(self._max))
+        if len(self.connections) > self.bounds.max_connections:
+            transport.write(_busy(self.bounds.max_connections))
             transport.close()
             return
-        self._due = self.loop.time() + self._header_s  # the first request's headers
-        if not getattr(self.server_state, "charon_sweeping", False):
-            self.server_state.charon_sweeping = True  # type: ignore[attr-defined]
-            self.loop.call_later(SWEEP_S, _sweep, self.loop, self.connections)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._due = self.loop.time() + self._header_s  # a kept-alive connection's next request
-
-    def on_headers_complete(self) -> None:
-        self._due = self.loop.time() + self._body_s
-        super().on_headers_complete()
-        if self.parser.should_upgrade():  # a websocket: no body, and its own protocol from here
-            self._due = None
-
-    def on_message_complete(self) -> None:
-        self._due = None
-        super().on_message_complete()
+        if not getattr(self.server_state, "charon_sweep", None):
+            sweep = Sweep(self.loop, self.connections, self.bounds)
+            self.server_state.charon_sweep = sweep  # type: ignore[attr-defined]
+            self.loop.call_later(SWEEP_S, sweep)
 
 
-def _sweep(loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
-    """Close every connection whose request is past its bound; again in SWEEP_S."""
-    now = loop.time()
-    for conn in list(connections):
-        due = getattr(conn, "_due", None)
-        if due is not None and due < now and not conn.transport.is_closing():
-            conn._due = None
-            conn.transport.close()
-    loop.call_later(SWEEP_S, _sweep, loop, connections)
+class Sweep:
+    """Every SWEEP_S, each connection's phase, read from uvicorn's state of it: waiting for a request's
+    headers (no request under way, and no keep-alive wait: bytes of the next one came, or none yet on a new
+    connection), or for its body (a request whose body has not all come). A connection seen in the same
+    phase of the same request for longer than its bound is closed; one idle between requests is uvicorn's
+    (timeout_keep_alive), one whose request is being answered (a long poll too) is nobody's."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, connections: set[Any], bounds: HttpSettings) -> None:
+        self.loop, self.connections, self.bounds = loop, connections, bounds
+        self.seen: dict[Any, tuple[tuple[str, int], float]] = {}  # connection -> (its phase, since when)
+
+    def __call__(self) -> None:
+        now = self.loop.time()
+        seen: dict[Any, tuple[tuple[str, int], float]] = {}
+        for conn in list(self.connections):
+            phase = _phase(conn)
+            if phase is None or conn.transport.is_closing():
+                continue
+            earlier = self.seen.get(conn)
+            since = earlier[1] if earlier is not None and earlier[0] == phase else now
+            bound = self.bounds.header_timeout if phase[0] == "headers" else self.bounds.body_timeout
+            if now - since >= bound:
+                conn.transport.close()
+            else:
+                seen[conn] = (phase, since)
+        self.seen = seen
+        self.loop.call_later(SWEEP_S, self)
+
+
+def _phase(conn: Any) -> tuple[str, int] | None:
+    """("headers" or "body", the request's cycle) while `conn` waits on its client for one; else None."""
+    if not isinstance(conn, HttpToolsProtocol):  # a websocket's own protocol, after its upgrade
+        return None
+    cycle = conn.cycle
+    if cycle is None or cycle.response_complete:
+        return None if conn.timeout_keep_alive_task is not None else ("headers", id(cycle))
+    return ("body", id(cycle)) if cycle.more_body and not cycle.disconnected else None
 
 
 def _busy(most: int) -> bytes:
