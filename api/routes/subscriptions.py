@@ -28,7 +28,7 @@ from api.schemas import (
     json_body,
 )
 from api.state import state_of
-from api.ws_notices import SELF_SUBSCRIBER
+from api.ws_notices import SELF_MADE, SELF_SUBSCRIBER
 from core.errors import CharonError, Conflict, InvalidBody, InvalidInput, NotAuthorized, SubscriptionExists
 from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
@@ -176,6 +176,8 @@ async def create_subscription(
         raise
     if not created:  # the subscription there already keeps its own trust
         await _forget(request, trust)
+    if subscriber == request.scope.get(SELF_SUBSCRIBER):  # a websocket connection's: it deletes it at close
+        request.scope[SELF_MADE].append((q, subscription.id))
     # The subscriber again: its subscription's id (Zaqar's 201), unless a confirmation was required and
     # given, which a repeated request must not undo or send again (Zaqar's 409). Nothing in it changes.
     if not created and confirmation and subscription.confirmed:
@@ -244,24 +246,30 @@ async def update_subscription(
             "a subscription's subscriber cannot change. Subscribe the new subscriber (it is asked to "
             "confirm) and delete this subscription."
         )
-    # A trust+ subscriber keeps its trust, unless it changes or lasts longer: then a new one is made for it.
+    # A trust+ subscriber is notified as whoever last changed it: every change makes a new trust from the
+    # caller's token (another member of the project may not send the creator's identity to a URL or with
+    # headers of its choosing), written with the subscriber it was made for, so that two changes at once
+    # leave one caller's subscriber and trust, never one's trust with the other's URL. One that stops being
+    # trust+ loses its trust.
     trust, stored = None, current.options.get(TRUST_ID) if _trusted(current.subscriber) else None
     after = subscriber or current.subscriber
     if _trusted(after):
         if options is not None:
             _own_trust(options, stored)
-        if ttl is not None or after != current.subscriber or not isinstance(stored, str):
-            expires_ms = current.expires_ms if ttl is None else clock.now_ms() + ttl * 1000
-            trust = await _make_trust(request, expires_ms)
-            options = {**(current.options if options is None else options), TRUST_ID: trust}
-        elif options is not None:
-            options = {**options, TRUST_ID: stored}
+        expires_ms = current.expires_ms if ttl is None else clock.now_ms() + ttl * 1000
+        trust = await _make_trust(request, expires_ms)
+        options = {**(current.options if options is None else options), TRUST_ID: trust}
+        subscriber = after
+    elif stored is not None:
+        options = {
+            k: v for k, v in (current.options if options is None else options).items() if k != TRUST_ID
+        }
     try:
         await store.update_subscription(q, subscription_id, subscriber=subscriber, ttl=ttl, options=options)
     except CharonError:
         await _forget(request, trust)
         raise
-    if trust is not None and isinstance(stored, str):
+    if isinstance(stored, str):
         await _forget(request, stored)  # the trust it had (its creator's token may not delete it: it expires)
     return Response(status_code=204, headers={"Location": request.url.path})
 

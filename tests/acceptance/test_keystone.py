@@ -539,4 +539,18 @@ def test_a_trust_subscriber_is_notified_with_a_token_acting_as_its_creator(
     assert "options.trust_id" in refused.json()["description"]
     changed = httpx.patch(f"{subs}/{sid}", json={"options": {"trust_id": "x" * 32}}, headers=headers)
     assert changed.status_code == 400, changed.text
+
+    # any change is made as its caller: another member of alpha (the admin) changing the headers notifies
+    # as itself from then on, never with alice's trust
+    admin = {"X-Auth-Token": ks.token("admin", "alpha"), "Client-ID": CLIENT_ID}
+    new_headers = {"options": {"post_headers": {"X-Test": "admin's"}}}
+    assert httpx.patch(f"{subs}/{sid}", json=new_headers, headers=admin, timeout=30).status_code == 204
+    as_admin = httpx.get(f"{subs}/{sid}", headers=headers, timeout=30).json()["options"]["trust_id"]
+    [made] = [t for t in trusts_of(service, "admin") if t["id"] == as_admin]
+    assert made["trustor_user_id"] == ks.user_ids["admin"]
+    # no longer trust+: no trust kept
+    plain = {"subscriber": receiver.url_for("/plain")}
+    assert httpx.patch(f"{subs}/{sid}", json=plain, headers=admin, timeout=30).status_code == 204
+    assert "trust_id" not in httpx.get(f"{subs}/{sid}", headers=headers, timeout=30).json()["options"]
+    assert as_admin not in [t["id"] for t in trusts_of(service, "admin")]
     assert httpx.delete(f"{subs}/{sid}", headers=headers, timeout=30).status_code == 204
