@@ -13,11 +13,15 @@ keystonemiddleware.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 
 import cachetools
 from keystoneauth1 import access
@@ -29,6 +33,7 @@ from pydantic import BaseModel, Field, SecretStr
 from core.errors import IdentityUnavailable, NotAuthorized, Unauthenticated
 
 log = logging.getLogger("charon.keystone")
+T = TypeVar("T")
 INVALID_CACHE_SECONDS = 60  # how long a token Keystone refused is refused without asking again
 CREDENTIALS_RETRY_S = 10.0  # after Keystone refused the service user's password
 LOG_EVERY_S = 10.0  # Keystone failures are logged at most this often (one line, with how many since)
@@ -240,7 +245,13 @@ class Trustee:
     delegated to the service user, with impersonation, until the subscription expires: Zaqar's
     create_trust_id), and `token` gets a token scoped to a trust (the caller's identity, for the webhook to
     act as it), kept until a minute before it expires. keystoneauth1 is blocking: each call runs in a
-    thread, at most `max_concurrent` at a time."""
+    thread of the Trustee's own pool of `max_concurrent` (a call given up on still ends within Keystone's
+    timeout, and never holds the threads the loop resolves names with).
+
+    Every token is a login with the service user's password: when Keystone refuses that password (it was
+    changed), no login is tried again for CREDENTIALS_RETRY_S, so that retried deliveries do not lock the
+    service user out where Keystone locks; a trust Keystone will not scope a token to (expired, deleted)
+    is not asked about again for INVALID_CACHE_SECONDS."""
 
     def __init__(self, settings: KeystoneSettings) -> None:
         self.settings = settings
@@ -249,7 +260,27 @@ class Trustee:
         self._tokens: cachetools.TLRUCache[str, tuple[str, float]] = cachetools.TLRUCache(
             MAX_TRUST_TOKENS, ttu=lambda _trust, token, _now: token[1] - TRUST_TOKEN_MARGIN_S, timer=time.time
         )
-        self._slots = asyncio.Semaphore(settings.max_concurrent)
+        self._unusable: cachetools.TTLCache[str, bool] = cachetools.TTLCache(
+            MAX_TRUST_TOKENS, ttl=INVALID_CACHE_SECONDS, timer=time.monotonic
+        )
+        self._credentials_refused_until = 0.0
+        self._pool = ThreadPoolExecutor(settings.max_concurrent, thread_name_prefix="charon-trustee")
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if time.monotonic() < self._credentials_refused_until:
+            raise IdentityUnavailable(
+                "Keystone refused the service's own credentials a moment ago (CHARON_KEYSTONE__USERNAME, "
+                f"PASSWORD); they are tried again every {CREDENTIALS_RETRY_S:g} s."
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    def _credentials_refused(self) -> IdentityUnavailable:
+        self._credentials_refused_until = time.monotonic() + CREDENTIALS_RETRY_S
+        return IdentityUnavailable(
+            "Keystone refused the service's own credentials (CHARON_KEYSTONE__USERNAME, PASSWORD), so no "
+            "trust can be made or used for a trust+ subscriber."
+        )
 
     async def make(
         self, token: str, user: str, project: str, roles: tuple[str, ...], expires: datetime
@@ -258,8 +289,7 @@ class Trustee:
         `project`, ending at `expires`. NotAuthorized (403) when Keystone refuses it (its reason said),
         Unauthenticated when the token is no longer valid, IdentityUnavailable when Keystone cannot be
         asked: in every case no trust was made."""
-        async with self._slots:
-            return await asyncio.to_thread(self._make, token, user, project, roles, expires)
+        return await self._call(self._make, token, user, project, roles, expires)
 
     def _make(self, token: str, user: str, project: str, roles: tuple[str, ...], expires: datetime) -> str:
         trust = {
@@ -279,10 +309,7 @@ class Trustee:
                 raise_exc=False,
             )
         except ks_exceptions.Unauthorized:
-            raise IdentityUnavailable(
-                "Keystone refused the service's own credentials (CHARON_KEYSTONE__USERNAME, PASSWORD), so no "
-                "trust can be made for a trust+ subscriber."
-            ) from None
+            raise self._credentials_refused() from None
         except ks_exceptions.ClientException as exc:
             raise IdentityUnavailable(
                 f"Keystone at {self.settings.auth_url} could not be asked to make a trust for the trust+ "
@@ -312,15 +339,14 @@ class Trustee:
         Best effort: one left behind ends when it expires."""
         url = f"{self._trusts}/{trust_id}"
         try:
-            async with self._slots:
-                await asyncio.to_thread(
-                    self._session.delete,
-                    url,
-                    headers={"X-Auth-Token": token},
-                    authenticated=False,
-                    raise_exc=False,
-                )
-        except ks_exceptions.ClientException as exc:
+            await self._call(
+                self._session.delete,
+                url,
+                headers={"X-Auth-Token": token},
+                authenticated=False,
+                raise_exc=False,
+            )
+        except (ks_exceptions.ClientException, IdentityUnavailable) as exc:
             log.warning("unused trust %s not deleted (%s): it ends when it expires", trust_id, exc)
 
     async def token(self, trust_id: str) -> str:
@@ -330,8 +356,9 @@ class Trustee:
         cached = self._tokens.get(trust_id)
         if cached is not None:
             return cached[0]
-        async with self._slots:
-            got = await asyncio.to_thread(self._trust_token, trust_id)
+        if trust_id in self._unusable:
+            raise IdentityUnavailable(f"Keystone refused a token of trust {trust_id} a moment ago.")
+        got = await self._call(self._trust_token, trust_id)
         self._tokens[trust_id] = got
         return got[0]
 
@@ -343,7 +370,16 @@ class Trustee:
             user_domain_name=self.settings.user_domain_name,
             trust_id=trust_id,
         )
-        granted = auth.get_access(ks_session.Session(timeout=self.settings.timeout))
+        try:
+            granted = auth.get_access(ks_session.Session(timeout=self.settings.timeout))
+        except ks_exceptions.Unauthorized:
+            # the password, or the trust? The service's own token says (a login only once it has expired)
+            try:
+                self._session.get_auth_headers()
+            except ks_exceptions.Unauthorized:
+                raise self._credentials_refused() from None
+            self._unusable[trust_id] = True
+            raise
         expires = granted.expires.timestamp() if granted.expires else time.time() + TRUST_TOKEN_MARGIN_S
         return str(granted.auth_token), expires
 

@@ -350,3 +350,20 @@ def test_a_broken_policy_file_stops_the_service_at_start(tmp_path: Path, text: s
 def test_keystone_mode_without_the_service_password_does_not_start() -> None:
     with pytest.raises(ValueError, match="CHARON_KEYSTONE__PASSWORD"):
         authenticator(Settings(auth=AuthMode.KEYSTONE), ManualClock())
+
+
+async def test_a_refused_service_password_is_not_tried_again_for_each_trust_token(
+    keystone: KeystoneServer,
+) -> None:
+    """Each token of a trust+ subscriber's trust is a login with the service user's password: once Keystone
+    refuses it (changed, say), retried deliveries must not each try it again (a Keystone with lockout would
+    lock the service user out, and every request would then be a 503)."""
+    from api.keystone import Trustee
+    from core.errors import IdentityUnavailable
+
+    wrong = KeystoneSettings(**{**keystone.service_credentials(), "password": "not-the-password"})
+    trustee = Trustee(wrong)
+    with pytest.raises(IdentityUnavailable, match=r"refused the service's own credentials \("):
+        await trustee.token("0" * 32)
+    with pytest.raises(IdentityUnavailable, match="a moment ago"):  # not asked
+        await trustee.token("1" * 32)
