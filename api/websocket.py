@@ -37,9 +37,10 @@ from api.access import IGNORED_HEADER
 from api.auth import AuthMode
 from api.deps import parse_json
 from api.state import state_of
-from api.ws_notices import SELF_SUBSCRIBER
+from api.ws_notices import SELF_MADE, SELF_SUBSCRIBER
 from core.errors import CharonError
 from core.limits import json_depth_exceeds
+from core.models import QueueRef, SubscriptionId
 
 log = logging.getLogger("charon.websocket")
 Q = "/v2/queues/{queue_name}"
@@ -179,7 +180,7 @@ class Refused(Exception):
 class Connection:
     """One websocket: its handshake's headers (a trusted gateway's identity among them) and the Keystone
     token `authenticate` gave. A frame is answered in its own format, JSON or MessagePack (`serve`). The
-    subscriptions it made for itself (`own`: their paths and the headers to delete them with) are sent
+    subscriptions it made for itself (`own`: each one's queue and id, as the route made it) are sent
     notifications by `push`, in the format of the last frame that made one."""
 
     scope: Scope
@@ -187,7 +188,7 @@ class Connection:
     websocket: WebSocket | None = None
     token: str | None = None
     key: str = field(default_factory=lambda: secrets.token_hex(16))
-    own: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    own: dict[SubscriptionId, QueueRef] = field(default_factory=dict)
     notify_binary: bool = False
     sending: asyncio.Lock = field(default_factory=asyncio.Lock)  # a frame is sent whole before another
 
@@ -223,15 +224,16 @@ class Connection:
         return True
 
     async def close(self) -> None:
-        """The connection ended: its own subscriptions are deleted (with the identity that made them; one
-        that can no longer be deleted ends with its ttl, its notifications given up meanwhile)."""
+        """The connection ended: the service deletes its own subscriptions from the store, whatever became
+        of the identity that made them (a token that expired meanwhile). One the store could not delete
+        ends with its ttl, its notifications given up (404) meanwhile."""
         state = state_of_scope(self.scope)
         state.ws_notices.forget(self.key)
-        for path, headers in self.own.items():
+        for sid, q in self.own.items():
             try:
-                await dispatch(self.scope, "DELETE", path, b"", headers, b"")
-            except Exception:
-                log.exception("websocket subscription %s not deleted", path)
+                await state.store.delete_subscription(q, sid)
+            except Exception as exc:
+                log.warning("websocket subscription %s of %s not deleted: %s", sid, q.name, exc)
         self.own.clear()
 
     async def answer(self, payload: Any, binary: bool = False) -> dict[str, Any]:
@@ -316,9 +318,11 @@ class Connection:
         else:
             document = {f: body[f] for f in action.json if f in body}
         extra: dict[str, Any] = {}
+        made: list[tuple[QueueRef, SubscriptionId]] = []
         if itself:  # the subscriber is the connection's own: the route takes it from the scope alone
             notices = state_of_scope(self.scope).ws_notices
             document["subscriber"] = extra[SELF_SUBSCRIBER] = await notices.subscriber(self.key, self.push)
+            extra[SELF_MADE] = made  # where the route says which subscription it is
         data = orjson.dumps(document) if action.json or action.json_from else b""
         forwarded, left_out = self._forwarded(sent)
         if self.token and "X-Auth-Token" not in forwarded:
@@ -335,8 +339,8 @@ class Connection:
         )
         if itself and status == 201:
             self.notify_binary = binary  # Zaqar: the format of the last self-subscription made
-            made = orjson.loads(raw).get("subscription_id")
-            self.own[f"{path}/{made}"] = _headers(self.base, forwarded)
+        for q, sid in made:
+            self.own[sid] = q
         out: dict[str, str] = {}
         for k in ("x-openstack-request-id", IGNORED, "retry-after"):
             if k in answer_headers:

@@ -5,11 +5,13 @@ outbox, retries and notifier as every other, and the listener passes each one to
 
 Each API process has one `Notices`: an HTTP/1.1 listener (h11) on loopback, on a port the system picks,
 started when its first connection subscribes itself. A connection's subscriber is
-`websocket://127.0.0.1:<port>/<key>`, its key 128 random bits: only the service makes such subscribers (the
-subscription route takes one only from the websocket call that made it, `SELF_SUBSCRIBER`), and the
-deliverer sends them over loopback alone (service/delivery). A POST to a key with no live connection is a
-404, which gives the delivery up; the connection's subscriptions are deleted when it closes. So the notifier
-must run on the API's machine (`charon serve` runs it there)."""
+`websocket://127.0.0.1:<port>/<key>?machine=<id>`, its key 128 random bits: only the service makes such
+subscribers (the subscription route takes one only from the websocket call that made it, `SELF_SUBSCRIBER`),
+and the deliverer sends them over loopback alone, from the machine named, with the notification alone
+(service/delivery). A POST to a key with no live connection is a 404, which gives the delivery up; the
+connection's subscriptions are deleted when it closes. So the notifier must run on the API's machine
+(`charon serve` runs it there), and several machines on one store give up each other's connections'
+notifications (whichever notifier leases a delivery sends it)."""
 
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ from collections.abc import Awaitable, Callable
 
 import h11
 
-from service.delivery import NOTICE_SCHEME
+from service.delivery.deliverer import MACHINE, NOTICE_SCHEME
 
 log = logging.getLogger("charon.websocket")
 SELF_SUBSCRIBER = "charon.websocket_subscriber"  # the scope key of the subscriber a websocket call may make
+SELF_MADE = "charon.websocket_made"  # ... and of the list the route adds the subscription it made to
 HOST = "127.0.0.1"
 READ_CHUNK = 65536
 IDLE_S = 60.0  # a notifier's kept-alive connection to the listener is closed after this long idle
@@ -50,7 +53,7 @@ class Notices:
                 self._server = await asyncio.start_server(self._serve, HOST, 0)
         self._targets[key] = push
         port = self._server.sockets[0].getsockname()[1]
-        return f"{NOTICE_SCHEME}://{HOST}:{port}/{key}"
+        return f"{NOTICE_SCHEME}://{HOST}:{port}/{key}?machine={MACHINE}"
 
     def forget(self, key: str) -> None:
         self._targets.pop(key, None)
@@ -104,7 +107,7 @@ class Notices:
         assert request is not None
         if request.method != b"POST":
             return 405
-        push = self._targets.get(request.target.decode("latin-1").lstrip("/"))
+        push = self._targets.get(request.target.decode("latin-1").split("?", 1)[0].lstrip("/"))
         if push is None:
             return 404  # the connection is gone: the delivery is given up
         return 200 if await push(bytes(body)) else 404

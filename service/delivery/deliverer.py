@@ -7,15 +7,19 @@ A `trust+http(s)` subscriber (Zaqar's trust notifier) is a webhook to the URL af
 X-Auth-Token: a token scoped to the Keystone trust its creator made (options.trust_id), got through the
 `trust_tokens` the process was given (api/keystone.py Trustee; none without Keystone).
 
-A `websocket://127.0.0.1:<port>/<key>` subscriber is a websocket connection that subscribed itself
-(api/ws_notices.py): only the service makes one, and it is POSTed to over loopback (http://), alone of
-all subscribers allowed there whatever CHARON_NOTIFICATIONS__ALLOWED_NETWORKS says."""
+A `websocket://127.0.0.1:<port>/<key>?machine=<id>` subscriber is a websocket connection that subscribed
+itself (api/ws_notices.py): only the service makes one, and it is POSTed to over loopback (http://), alone
+of all subscribers allowed there whatever CHARON_NOTIFICATIONS__ALLOWED_NETWORKS says; only by a notifier
+on the machine it names (another one's loopback is not the listener's: it gives the delivery up), and with
+the notification alone (no post_data, no post_headers: nothing a tenant chose reaches a local port)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ipaddress
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -41,6 +45,19 @@ log = logging.getLogger("charon.notifier")
 
 NOTICE_SCHEME = "websocket"  # a websocket connection's own subscription (api/ws_notices.py)
 NOTICE_HOST = "127.0.0.1"
+
+
+def machine_id() -> str:
+    """This machine, as a websocket subscriber names it: a hash of /etc/machine-id (else of its host name)."""
+    try:
+        with open("/etc/machine-id", "rb") as f:
+            seed = f.read().strip()
+    except OSError:
+        seed = b""
+    return hashlib.sha256(seed or socket.gethostname().encode()).hexdigest()[:16]
+
+
+MACHINE = machine_id()
 LOOPBACK = (ipaddress.IPv4Network("127.0.0.0/8"),)
 TrustTokens = Callable[[str], Awaitable[str]]  # a trust's id -> a token scoped to it (raises when none)
 
@@ -153,11 +170,14 @@ class Deliverer:
                 del self._subscriptions[subscription.id]
 
     async def _post(self, subscription: Subscription, document: dict[str, Any]) -> Outcome:
-        url, auth, client = subscription.subscriber, {}, self._client
+        url, auth, client, options = subscription.subscriber, {}, self._client, subscription.options
         if url.startswith(f"{NOTICE_SCHEME}://"):
-            url, client = "http" + url[len(NOTICE_SCHEME) :], self._loopback
-            if urlsplit(url).hostname != NOTICE_HOST:
+            url, client, options = "http" + url[len(NOTICE_SCHEME) :], self._loopback, {}
+            parts = urlsplit(url)
+            if parts.hostname != NOTICE_HOST:
                 return failed(f"a websocket subscriber is on {NOTICE_HOST} alone")
+            if parts.query != f"machine={MACHINE}":
+                return failed("a websocket connection of another machine: this notifier cannot reach it")
         elif url[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX:
             url = url[len(TRUST_PREFIX) :]
             trust = subscription.options.get("trust_id")
@@ -169,7 +189,7 @@ class Deliverer:
             except Exception as exc:  # expired, deleted, or Keystone away: the retry policy decides
                 return retry(f"no token for the subscription's Keystone trust: {type(exc).__name__}")
         try:
-            body, headers = webhook_request(subscription.options, document, auth)
+            body, headers = webhook_request(options, document, auth)
         except InvalidInput as exc:
             return failed(exc.description)
         timeout = self.settings.webhook_timeout

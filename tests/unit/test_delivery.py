@@ -71,6 +71,27 @@ async def test_post_data_and_post_headers_are_applied_as_zaqar_does(webhook_rece
     assert request.headers["x-auth-token"] == "t0k"
 
 
+async def test_a_websocket_subscriber_gets_the_notification_alone_from_its_own_machine(
+    webhook_receiver: HttpReceiver,
+) -> None:
+    """A websocket connection's subscriber (made by the service alone) is POSTed to over loopback without
+    the tenant's post_data and post_headers, and only by a notifier on the machine it names: elsewhere,
+    127.0.0.1 is another machine's loopback, whatever listens there."""
+    from service.delivery.deliverer import MACHINE
+
+    options = {"post_data": '{"x": "$zaqar_message$"}', "post_headers": {"X-Evil": "1"}}
+    here = f"websocket://127.0.0.1:{webhook_receiver.port}/k1?machine={MACHINE}"
+    outcome = await deliver(NotificationSettings(webhook_timeout=1), subscription(here, options))
+    assert outcome.delivered, outcome.reason
+    (request,) = webhook_receiver.requests
+    assert (request.target, request.json()) == (f"/k1?machine={MACHINE}", DOCUMENT)
+    assert "x-evil" not in request.headers
+    there = f"websocket://127.0.0.1:{webhook_receiver.port}/k1?machine=0123456789abcdef"
+    elsewhere = await deliver(NotificationSettings(webhook_timeout=1), subscription(there))
+    assert (elsewhere.result, "another machine" in elsewhere.reason) == ("failed", True)
+    assert len(webhook_receiver.requests) == 1
+
+
 async def test_a_trust_subscriber_without_a_token_is_retried_or_given_up(
     webhook_receiver: HttpReceiver,
 ) -> None:
