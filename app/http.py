@@ -7,20 +7,24 @@ byte at a time, holds its connection (and a request, and its memory) for ever. `
 HTTP/1.1 protocol (httptools) with nginx's `client_header_timeout` (from the request's first byte, or the
 connection's opening, to its last header) and `client_body_timeout` (here: from the last header to the body's
 end, whole), each read by a sweep of the process's connections every SWEEP_S (so to half a second), which
-costs a request nothing: past either, the connection is closed. And a connection beyond `max_connections` open in the
-process is answered 503 in Zaqar's JSON and closed at once (uvicorn's `limit_concurrency` answers plain
-text, and only once the request's headers have come). `CharonConfig` carries the bounds to every worker (a
-worker gets its Config pickled, so the protocol is a class of this module, which reads them from it)."""
+costs a request nothing: past either, the connection is closed. And a connection beyond `max_connections`
+open in the process is answered 503 in Zaqar's JSON and closed at once (uvicorn's `limit_concurrency`
+answers plain text, and only once the request's headers have come). `CharonConfig` carries the bounds to
+every worker (a worker gets its Config pickled, so the protocol is a class of this module, which reads
+them from it)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import uvicorn
 from pydantic import BaseModel, Field
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("charon.http")
 
 
 class HttpSettings(BaseModel):
@@ -51,8 +55,8 @@ class HttpSettings(BaseModel):
         1024,
         ge=1,
         le=1_000_000,
-        description="Connections (or requests in flight) a process serves at once; a request beyond is "
-        "answered 503 (uvicorn's limit_concurrency; cf. nginx's worker_connections).",
+        description="Connections a process holds at once; the next is answered 503 (Zaqar's JSON, "
+        "Retry-After: 1) and closed (cf. nginx's worker_connections).",
     )
 
 
@@ -104,6 +108,13 @@ class Sweep:
         self.seen: dict[Any, tuple[tuple[str, int], float]] = {}  # connection -> (its phase, since when)
 
     def __call__(self) -> None:
+        try:
+            self._sweep()
+        except Exception:  # a bug: logged, and the bounds go on being kept
+            log.exception("the HTTP bounds' sweep failed")
+        self.loop.call_later(SWEEP_S, self)
+
+    def _sweep(self) -> None:
         now = self.loop.time()
         seen: dict[Any, tuple[tuple[str, int], float]] = {}
         for conn in list(self.connections):
@@ -118,7 +129,6 @@ class Sweep:
             else:
                 seen[conn] = (phase, since)
         self.seen = seen
-        self.loop.call_later(SWEEP_S, self)
 
 
 def _phase(conn: Any) -> tuple[str, int] | None:

@@ -154,6 +154,11 @@ class PayloadTooLarge(CharonError):
     status = 413
     title = "Request body too large"
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The rest of the body is not read: the connection ends with the answer."""
+        return {"Connection": "close"}
+
 
 class UnsupportedMediaType(CharonError):
     status = 415

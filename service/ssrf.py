@@ -84,11 +84,13 @@ def refusal(address: Address, allowed: Iterable[Network] = (), denied: Iterable[
     overrides every refusal, including a network in `denied` (the operator's). An IPv6 address that
     carries an IPv4 one (`embedded_ipv4`: IPv4-mapped, 6to4, Teredo, NAT64) is judged as that IPv4 address:
     2002:7f00:1:: is 127.0.0.1."""
-    if isinstance(address, ipaddress.IPv6Address):
-        address = embedded_ipv4(address) or address
-    if any(address.version == n.version and address in n for n in allowed):
+    forms = [address]  # an operator's network may name either form
+    if isinstance(address, ipaddress.IPv6Address) and (carried := embedded_ipv4(address)) is not None:
+        address = carried
+        forms.append(carried)
+    if any(a.version == n.version and a in n for a in forms for n in allowed):
         return None
-    if any(address.version == n.version and address in n for n in denied):
+    if any(a.version == n.version and a in n for a in forms for n in denied):
         return "denied (CHARON_NOTIFICATIONS__DENIED_NETWORKS)"
     for attribute, kind in _REFUSED_KINDS:
         if getattr(address, attribute):
