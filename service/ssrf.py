@@ -34,6 +34,13 @@ from core.limits import Limits
 
 SUPPORTED_SCHEMES = ("http", "https", "mailto", "trust+http", "trust+https")
 TRUST_PREFIX = "trust+"  # a webhook notified with a Keystone trust's token (Zaqar's trust notifier)
+
+
+def is_trusted(subscriber: str) -> bool:
+    """Whether `subscriber` is a trust+http(s) one: its URL follows TRUST_PREFIX."""
+    return subscriber[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX
+
+
 FIELD = "subscriber"
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -33,7 +33,7 @@ from core.errors import CharonError, Conflict, InvalidBody, InvalidInput, NotAut
 from core.limits import Limits, check_json_depth, check_page_limit, check_range
 from core.models import Subscription, SubscriptionId
 from service.delivery import check_options
-from service.ssrf import TRUST_PREFIX, check_subscriber
+from service.ssrf import check_subscriber, is_trusted
 
 router = Router(tags=["subscriptions"], responses={400: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 
@@ -79,10 +79,6 @@ def _subscriber(uri: str, limits: Limits, request: Request) -> str:
 
 
 TRUST_ID = "trust_id"  # options' key of a trust+ subscriber's Keystone trust (Zaqar's), the service's own
-
-
-def _trusted(subscriber: str) -> bool:
-    return subscriber[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX
 
 
 async def _make_trust(request: Request, expires_ms: int) -> str:
@@ -156,7 +152,7 @@ async def create_subscription(
     ttl = _ttl(limits.default_subscription_ttl if body.ttl is None else body.ttl, limits)
     options = _options(body.options or {}, limits)
     trust = None
-    if _trusted(subscriber):
+    if is_trusted(subscriber):
         _own_trust(options)
         trust = await _make_trust(request, clock.now_ms() + ttl * 1000)
         options = {**options, TRUST_ID: trust}
@@ -251,9 +247,9 @@ async def update_subscription(
     # headers of its choosing), written with the subscriber it was made for, so that two changes at once
     # leave one caller's subscriber and trust, never one's trust with the other's URL. One that stops being
     # trust+ loses its trust.
-    trust, stored = None, current.options.get(TRUST_ID) if _trusted(current.subscriber) else None
+    trust, stored = None, current.options.get(TRUST_ID) if is_trusted(current.subscriber) else None
     after = subscriber or current.subscriber
-    if _trusted(after):
+    if is_trusted(after):
         if options is not None:
             _own_trust(options, stored)
         expires_ms = current.expires_ms if ttl is None else clock.now_ms() + ttl * 1000

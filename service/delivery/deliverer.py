@@ -34,7 +34,7 @@ from service.delivery.mailto import check_mail_options, send_mail
 from service.delivery.outcome import Outcome, failed, retry
 from service.delivery.settings import NotificationSettings
 from service.delivery.webhook import outcome_of_status, webhook_request
-from service.ssrf import TRUST_PREFIX, Refused
+from service.ssrf import TRUST_PREFIX, Refused, is_trusted
 
 MAX_ANSWER_BYTES = (
     64 * 1024
@@ -178,7 +178,7 @@ class Deliverer:
                 return failed(f"a websocket subscriber is on {NOTICE_HOST} alone")
             if parts.query != f"machine={MACHINE}":
                 return failed("a websocket connection of another machine: this notifier cannot reach it")
-        elif url[: len(TRUST_PREFIX)].lower() == TRUST_PREFIX:
+        elif is_trusted(url):
             url = url[len(TRUST_PREFIX) :]
             trust = subscription.options.get("trust_id")
             if self._trust_tokens is None or not isinstance(trust, str):
