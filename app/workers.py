@@ -122,7 +122,11 @@ def share_metrics(workers: int | None) -> str | None:
 def _remove_stale(parent: Path) -> None:
     for stale in parent.glob(f"{METRICS_PREFIX}*-*"):
         pid = stale.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and stale.stat().st_uid == os.getuid():
+        try:
+            owner = stale.stat().st_uid
+        except OSError:  # removed meanwhile (another service starting at once), or not a directory to read
+            continue
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and owner == os.getuid():
             shutil.rmtree(stale, ignore_errors=True)
 
 

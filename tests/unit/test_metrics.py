@@ -133,3 +133,16 @@ def test_charon_serve_shares_metrics_between_its_processes_only(
     assert (path.stat().st_mode & 0o777, list(path.iterdir())) == (0o700, [])
     assert (gone.exists(), kept.exists()) == (False, True)
     shutil.rmtree(path)
+
+
+def test_a_stale_metrics_directory_removed_meanwhile_does_not_stop_a_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two services started at once after a kill -9 both remove a dead one's directory: the one that finds it
+    gone between listing and looking goes on starting (a dangling link is such an entry)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("CHARON_WORKERS", "2")
+    (tmp_path / "charon-metrics-999999999-gone").symlink_to(tmp_path / "removed-meanwhile")
+    path = Path(share_metrics(None) or "")
+    assert path.parent == tmp_path
+    shutil.rmtree(path)
