@@ -10,7 +10,10 @@ Everything Keystone writes stays in that directory: keystone.conf names every ke
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sqlite3
 import subprocess
 import tempfile
 import time
@@ -103,6 +106,9 @@ class KeystoneServer:
         try:
             self._configure()
             self._manage("db_sync")
+            # write-ahead logging: readers (token validation) and the one writer do not block each other
+            with contextlib.closing(sqlite3.connect(self.dir / "keystone.db")) as db:
+                db.execute("PRAGMA journal_mode=WAL")
             self._manage("fernet_setup", "--keystone-user", "root", "--keystone-group", "root")
             self._manage("credential_setup", "--keystone-user", "root", "--keystone-group", "root")
             self._manage(
@@ -138,6 +144,12 @@ class KeystoneServer:
         self._http.close()
         self._tmp.cleanup()
 
+    def keep_logs(self, into: Path) -> None:
+        """Copy Keystone's logs into `into` (before stop(), which removes its directory)."""
+        for name in ("gunicorn.log", "keystone.log"):
+            if (self.dir / name).exists():
+                shutil.copy(self.dir / name, into / f"keystone-{name}")
+
     def _configure(self) -> None:
         d = self.dir
         for sub in ("fernet-keys", "credential-keys"):
@@ -151,7 +163,9 @@ use_stderr = false
 debug = false
 
 [database]
-connection = sqlite:///{d}/keystone.db
+# A writer waits up to 30 s for another's lock (pysqlite's default is 5 s: tempest's two workers making
+# their users and projects while tokens are validated met "database is locked" under a loaded CI machine)
+connection = sqlite:///{d}/keystone.db?timeout=30
 
 [token]
 provider = fernet

@@ -21,8 +21,10 @@ def test_zaqar_tempest_plugin_v2_passes(tmp_path: Path) -> None:
         missing = f"tempest is not installed ({tempest.TEMPEST} is missing): run `make install`"
         pytest.fail(missing, pytrace=False)
     outcome = tempest.run(tmp_path)
-    assert not outcome.unexpected, (sorted(outcome.unexpected), outcome.output[-20000:])
-    assert len(outcome.passed) >= 134  # zaqar-tempest-plugin 4.3.0's 135 v2 tests but the expected failure
+    # Charon's and Keystone's logs are kept in tmp_path (pytest keeps the last three runs' directories)
+    assert not outcome.unexpected, (sorted(outcome.unexpected), outcome.output[-20000:], str(tmp_path))
+    # zaqar-tempest-plugin 4.3.0's 135 v2 tests but the expected failure
+    assert len(outcome.passed) >= 134, (len(outcome.passed), outcome.output[-20000:], str(tmp_path))
     assert not outcome.skipped, sorted(outcome.skipped)
 
 
