@@ -27,6 +27,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from app.settings import Settings
+from core import sealing
 from pipeline import DEFAULT_MAX_BODY_BYTES, load, trends
 from pipeline.errors import InsightsError, NothingToAnalyse
 
@@ -80,6 +81,7 @@ def store_of(args: argparse.Namespace, command: str) -> load.DeadLetterStore:
         settings = Settings()
     except (ValidationError, ValueError) as e:
         raise InsightsError(f"the CHARON_ settings are not valid: {e}") from None
+    sealing.use(settings.encryption.keyring())  # encrypted bodies opened (pipeline/records.py)
     namespace = args.namespace or settings.namespace
     if args.storage_uri:
         return load.DeadLetterStore(args.storage_uri, namespace)

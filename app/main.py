@@ -39,6 +39,7 @@ from api.state import AppState, attach, state_of
 from api.ws_notices import Notices
 from app.embedded import EmbeddedRedis
 from app.settings import Settings
+from core import sealing
 from core.clock import Clock, SystemClock
 from service.delivery import Deliverer
 from service.gauges import StoreGauges
@@ -180,6 +181,7 @@ def create_app(
     `notify`, the process runs a notifier in its event loop (app/notify.py runs one in a process of its
     own)."""
     settings = settings or Settings()
+    sealing.use(settings.encryption.keyring())  # the process's keys: the drivers seal and open with them
     clock = clock or SystemClock()
     provider, exporting = tracer_providers(settings, tracer_provider)
     serving = Serving(settings, clock, store, notify, store_tracer(provider), exporting)

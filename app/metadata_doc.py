@@ -31,7 +31,7 @@ KIND = {
     Kind.BOOLEAN: "boolean",
     Kind.DELAYS: f"a list of 1 to {MAX_LEVELS} delays, each a number of seconds or a text like "
     '`"500ms"`, `"5s"`, `"1m"`, `"2h"`,',
-    Kind.FALSE: "`false` only",
+    Kind.ENCRYPT: "boolean (`true` needs the service's key)",
     Kind.RETRY_POLICY: "an object with Zaqar's retry keys (docs/subscriptions.md)",
 }
 BOUNDED = (Kind.INTEGER, Kind.SECONDS, Kind.NUMBER, Kind.DELAYS)

@@ -19,6 +19,7 @@ import time
 
 from app import logs
 from app.settings import Settings
+from core import sealing
 from core.clock import SystemClock
 
 log = logging.getLogger("charon.notify")
@@ -80,6 +81,7 @@ async def notify(settings: Settings, parent: int | None = None) -> None:
     from app.main import deliverer, notifier, open_configured_store, trustee
 
     clock = SystemClock()
+    sealing.use(settings.encryption.keyring())  # the notifications show clear bodies
     store, embedded = open_configured_store(settings, clock)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

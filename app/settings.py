@@ -35,6 +35,7 @@ from api.keystone import KeystoneSettings
 from app.http import HttpSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
+from core.sealing import Keyring
 from service.delivery import NotificationSettings
 from storage.base import DEFAULT_TIMEOUT_S
 from storage.export import shown
@@ -86,6 +87,32 @@ class MetricsSettings(BaseModel):
     def _blank_is_unset(cls, value: object) -> object:
         """An empty token (a deployment's `${TOKEN:-}`) is no token: else an empty `Bearer` would match it."""
         return None if isinstance(value, str) and not value.strip() else value
+
+
+class EncryptionSettings(BaseModel):
+    """Encryption at rest (core/sealing.py, docs/encryption.md): the keys of `_enable_encrypt_messages`."""
+
+    keys: SecretStr | None = Field(
+        None,
+        description="The AES-256 keys that encrypt the bodies of queues with `_enable_encrypt_messages`: "
+        "`id:base64key` entries, comma-separated (each key 32 random bytes in base64, `openssl rand -base64 "
+        "32`; an id of 1 to 32 letters, digits, `-` or `_`; at most 16). The last one encrypts; each one "
+        "decrypts what it encrypted, so rotate by appending a key with a new id, and remove a key only when "
+        "no stored message uses it. Every process of the service (API, notifier, `charon insights` and its "
+        "Spark executors) needs the same list. Unset: `_enable_encrypt_messages: true` is refused.",
+    )
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _parsed(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str):
+            Keyring.parse(value)  # ValueError says which entry is wrong, never a key
+        return value
+
+    def keyring(self) -> Keyring | None:
+        return None if self.keys is None else Keyring.parse(self.keys.get_secret_value())
 
 
 def _listed(value: object) -> object:
@@ -427,6 +454,11 @@ class Settings(BaseSettings):
         default_factory=MetricsSettings,
         description="GET /metrics: access without the admin role, and its cost, e.g. "
         "CHARON_METRICS__MAX_QUEUES.",
+    )
+
+    encryption: EncryptionSettings = Field(
+        default_factory=EncryptionSettings,
+        description="Encryption of message bodies at rest: CHARON_ENCRYPTION__KEYS.",
     )
 
     notifications: NotificationSettings = Field(

@@ -21,7 +21,8 @@ CharonError
  │    └── OutcomeUnknown    503 (the store stopped answering after a write was sent: it may have happened)
  ├── ServiceBusy            503 (a bound of this process is reached, e.g. waiting claims; nothing was changed)
  ├── IdentityUnavailable    503 (Keystone could not say who the caller is; nothing was done)
- └── StorageFull            507 "Insufficient storage"   (the store refuses writes; nothing was changed)
+ ├── StorageFull            507 "Insufficient storage"   (the store refuses writes; nothing was changed)
+ └── MessageUnreadable      503 "Message unreadable" (a body encrypted with a key the service lacks)
 
 The message of every instance is the description shown to the user: it says what to change.
 """
@@ -231,3 +232,20 @@ class StorageFull(CharonError):
             f"{self} The store is full and refuses writes; nothing was changed. Consuming and deleting "
             "messages frees space (an operator can also give the store more room)."
         )
+
+
+class MessageUnreadable(CharonError):
+    """A stored message body is encrypted with a key this process lacks (the operator removed or changed a
+    key of CHARON_ENCRYPTION__KEYS): a fault of the service's configuration, never of the request, and one
+    the operator can mend (the key put back), so 503, not a bug's 500; nothing was changed."""
+
+    status = 503
+    title = "Message unreadable"
+
+
+class EncryptionRequired(CharonError):
+    """A driver's signal to itself: the queue's policy asks for sealed bodies and the post brought clear ones
+    (the Redis script cannot encrypt; the driver seals and posts again). Never reaches a caller."""
+
+    status = 409
+    title = "Encryption required"

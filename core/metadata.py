@@ -24,6 +24,7 @@ from typing import Any
 from core.errors import InvalidInput
 from core.limits import NAME_SCHEMA, Limits, check_name, is_name
 from core.retry import parse_retry_policy, retry_policy_schema
+from core.sealing import require_key
 
 DEFAULT_MESSAGE_TTL = "_default_message_ttl"
 DEFAULT_MESSAGE_DELAY = "_default_message_delay"
@@ -77,7 +78,7 @@ class Kind(StrEnum):
     NAME = "name"  # a queue or flavor name (core.limits.NAME_RULE)
     BOOLEAN = "boolean"
     DELAYS = "delays"  # 1 to MAX_LEVELS delays, each lo to hi seconds: a number or "500ms", "5s", "1m", "2h"
-    FALSE = "false"  # accepted for Zaqar's clients, but only false
+    ENCRYPT = "encrypt"  # a boolean; true needs the service's encryption key (core/sealing.py)
     RETRY_POLICY = "retry policy"  # Zaqar's _retry_policy object (core/retry.py)
 
 
@@ -126,7 +127,7 @@ class ReservedKey:
             return {"type": "number", "minimum": lo, "maximum": hi}
         if kind is Kind.NAME:
             return dict(NAME_SCHEMA)
-        if kind is Kind.BOOLEAN:
+        if kind in (Kind.BOOLEAN, Kind.ENCRYPT):
             return {"type": "boolean"}
         if kind is Kind.DELAYS:
             level = {
@@ -136,8 +137,6 @@ class ReservedKey:
                 ]
             }
             return {"type": "array", "items": level, "minItems": 1, "maxItems": MAX_LEVELS}
-        if kind is Kind.FALSE:
-            return {"const": False}
         return retry_policy_schema()
 
 
@@ -307,10 +306,14 @@ RESERVED_KEYS: tuple[ReservedKey, ...] = (
     ),
     ReservedKey(
         ENCRYPT_MESSAGES,
-        Kind.FALSE,
-        "Zaqar's encryption of messages at rest, which Charon does not have: only `false` is accepted. "
-        "Encrypt bodies in the client if they must not be stored clear.",
+        Kind.ENCRYPT,
+        "Zaqar's encryption of messages at rest: the body of every message posted from then on is stored "
+        "encrypted (AES-256-GCM with the service's key, `CHARON_ENCRYPTION__KEYS`) and read back clear by "
+        "every read, the notifications and the export. Messages posted before stay as they were stored. "
+        "`true` is refused (400) while the service has no key.",
         default="`false`",
+        policy="encrypt_messages",
+        field="enc",
     ),
     ReservedKey(
         RETRY_POLICY,
@@ -389,6 +392,8 @@ class QueuePolicy:
     # default message ttl); None: an expired message vanishes.
     expired_ttl: int | None = None
     max_message_ttl: int | None = None
+    # _enable_encrypt_messages: bodies posted are stored sealed (core/sealing.py); None: stored clear
+    encrypt_messages: bool | None = None
 
     def exhausted(self, claim_count: int) -> bool:
         """Whether a message claimed `claim_count` times has used up its claims: its next claim, or the end of
@@ -454,6 +459,7 @@ def parse_policy(meta: Mapping[str, Any], limits: Limits, *, queue: str) -> Queu
         **plain,
         backoff=_backoff(v, limits),
         expired_ttl=(v[DEAD_LETTER_TTL] or limits.default_message_ttl) if v[DEAD_LETTER_ON_EXPIRY] else None,
+        encrypt_messages=True if v[ENCRYPT_MESSAGES] else None,
     )
 
 
@@ -545,13 +551,11 @@ def _delays(k: ReservedKey, value: Any, limits: Limits) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _false(k: ReservedKey, value: Any, limits: Limits) -> bool:
-    if value is not False:
-        raise InvalidInput(
-            f"{k.name} is not supported: Charon does not encrypt messages at rest, so only false is accepted "
-            f"(got {value!r}). Encrypt bodies in the client if they must not be stored clear."
-        )
-    return value
+def _encrypt(k: ReservedKey, value: Any, limits: Limits) -> bool:
+    value = _boolean(k, value, limits)
+    if value:
+        require_key(k.name)
+    return bool(value)
 
 
 def _retry_policy(k: ReservedKey, value: Any, limits: Limits) -> Any:
@@ -565,11 +569,11 @@ _CHECKS: dict[Kind, Callable[[ReservedKey, Any, Limits], Any]] = {
     Kind.NAME: _name,
     Kind.BOOLEAN: _boolean,
     Kind.DELAYS: _delays,
-    Kind.FALSE: _false,
+    Kind.ENCRYPT: _encrypt,
     Kind.RETRY_POLICY: _retry_policy,
 }
 # QueuePolicy's values that are a key's checked value itself (the others are built by parse_policy's rules)
-_PLAIN = frozenset(f.name for f in fields(QueuePolicy)) - {"backoff", "expired_ttl"}
+_PLAIN = frozenset(f.name for f in fields(QueuePolicy)) - {"backoff", "expired_ttl", "encrypt_messages"}
 
 
 MAX_DEAD_LETTER_HOPS = 1000  # a chain longer than this is not walked to its end (and cannot be a cycle here)

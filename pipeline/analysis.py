@@ -1,7 +1,8 @@
 """The aggregates of DLQ insights: DataFrame -> DataFrame functions, every one in Spark SQL functions.
 
 enrich() parses each body once (try_parse_json, to a VARIANT) and adds what the aggregates group by:
-  bucket      ok | no_provenance (no dead_letter record) | huge (body over the reader's limit) | not_json
+  bucket      ok | no_provenance (no dead_letter record) | encrypted (sealed at rest, and this run has not
+              the key: records.py) | huge (body over the reader's limit) | not_json
               (no body, or not JSON) | not_object (JSON, but not an object)
   ttd_s       time to death: dead-lettered at minus first enqueued at, in seconds
   shape       the body's shape: its schema as Spark's schema_of_variant writes it (keys sorted, nested
@@ -125,6 +126,7 @@ def enrich(records: DataFrame) -> DataFrame:
             | F.col("first_enqueued_at_ms").isNull(),
             "no_provenance",
         )
+        .when(F.col("body").isNull() & F.col("sealed_key").isNotNull(), "encrypted")
         .when(F.col("body").isNull() & (F.col("body_bytes") > 0), "huge")
         .when(schema.isNull(), "not_json")
         .when(~schema.startswith("OBJECT<"), "not_object")

@@ -102,7 +102,11 @@ def lines(rb: pa.RecordBatch) -> Iterator[bytes]:
             if r["consumer"] is not None:
                 dead_letter["consumer"] = r["consumer"]
             head["dead_letter"] = dead_letter
-        yield orjson.dumps(head)[:-1] + b',"body":' + r["body"].encode() + b"}\n"
+        if (
+            r["body"] is None and r["sealed_key"] is not None
+        ):  # encrypted at rest, and this process has not its key (records.opened)
+            head["encrypted_with"] = r["sealed_key"]
+        yield orjson.dumps(head)[:-1] + b',"body":' + (r["body"] or "null").encode() + b"}\n"
 
 
 def read(spark: SparkSession, paths: list[str], *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> DataFrame:
@@ -120,7 +124,10 @@ def read(spark: SparkSession, paths: list[str], *, max_body_bytes: int = DEFAULT
     def ms(path: str) -> Column:
         return F.unix_millis(F.try_to_timestamp(text(path), F.lit(ISO)))
 
-    body = F.to_json(F.try_variant_get(F.col("v"), "$.body", "variant"))
+    # an encrypted body this export could not open (`encrypted_with` its key's id) is null, as from a store
+    body = F.when(
+        text("$.encrypted_with").isNull(), F.to_json(F.try_variant_get(F.col("v"), "$.body", "variant"))
+    )
     columns = {
         "project": F.coalesce(text("$.project"), F.lit("")),
         "queue": F.coalesce(text("$.queue"), F.lit("")),
@@ -138,6 +145,7 @@ def read(spark: SparkSession, paths: list[str], *, max_body_bytes: int = DEFAULT
         "redrive_count": integer("$.dead_letter.redrive_count"),
         "rejection_reason": text("$.dead_letter.rejection.reason"),
         "rejection_description": text("$.dead_letter.rejection.description"),
+        "sealed_key": text("$.encrypted_with"),
         "consumer": text("$.dead_letter.consumer"),
     }
     return lines.withColumn("v", v).select(*(columns[f.name].alias(f.name) for f in SCHEMA))

@@ -110,6 +110,8 @@ def bucket(record: Mapping[str, Any]) -> tuple[str, Any]:
     ):
         return "no_provenance", None
     if record["body"] is None:
+        if record.get("sealed_key") is not None:
+            return "encrypted", None
         return ("huge" if record.get("body_bytes") else "not_json"), None
     try:
         body = json.loads(record["body"])

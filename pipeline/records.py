@@ -5,7 +5,10 @@ batch() turns a store's export Page (storage/export.py: raw values, column by co
 Redis, MongoDB, a pooled deployment or a `charon export` file. A column
 of provenance is null when the message has none (it was posted to the DLQ directly, say): analysis counts such
 messages in their own bucket. `body` is the message body as JSON text, or null when it is longer than the
-reader's limit (`body_bytes` still says how long it was).
+reader's limit (`body_bytes` still says how long it was). A body stored encrypted (`_enable_encrypt_messages`,
+core/sealing.py) is opened with the process's key (CHARON_ENCRYPTION__KEYS; a Spark executor reads it from
+its environment); `sealed_key` names the key that sealed it, and without that key `body` is null: the
+analysis counts it as `encrypted` instead of analysing ciphertext.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from core import sealing
+from core.errors import MessageUnreadable
 from pipeline import DEFAULT_MAX_BODY_BYTES
 from storage.export import Page
 
@@ -40,6 +45,7 @@ SCHEMA = pa.schema(
         ("rejection_reason", pa.string()),
         ("rejection_description", pa.string()),
         ("consumer", pa.string()),  # the Client-ID of the consumer that failed, None when unknown
+        ("sealed_key", pa.string()),  # the id of the key that encrypted the body at rest, None when clear
     ]
 )
 
@@ -51,14 +57,14 @@ DDL = ", ".join(
 def batch(page: Page, *, max_body_bytes: int | None) -> pa.RecordBatch:
     """A RecordBatch from an export page: its values are bytes or str (text and numbers as Redis returns
     them), ints or None. Numbers are parsed by Arrow's cast; a body over `max_body_bytes` becomes null."""
-    columns = page.columns
+    columns = {**page.columns, **opened(page.columns["body"])}
     arrays = []
     for f in SCHEMA:
         if f.name in ("project", "queue"):
             arrays.append(pa.array([getattr(page, f.name)] * len(page), pa.string()))
             continue
         if f.name == "body_bytes":
-            arrays.append(pc.binary_length(_text(columns["body"])).cast(pa.int64()))
+            arrays.append(pc.binary_length(_text(columns["body_stored"])).cast(pa.int64()))
             continue
         values = columns[f.name]
         array = _text(values) if pa.types.is_string(f.type) else _integers(values)
@@ -67,6 +73,28 @@ def batch(page: Page, *, max_body_bytes: int | None) -> pa.RecordBatch:
             array = pc.if_else(too_long, pa.scalar(None, pa.string()), array)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def opened(bodies: Sequence[Any]) -> dict[str, Sequence[Any]]:
+    """`body` with each sealed body opened by this process's key, or null without it; `sealed_key` (the id of
+    the key of each sealed body); `body_stored`, what `body_bytes` measures (the clear body, or without the
+    key the stored ciphertext). Clear bodies cost one prefix check each."""
+    sealed = [i for i, b in enumerate(bodies) if b is not None and sealing.is_sealed(b)]
+    if not sealed:
+        return {"body": bodies, "body_stored": bodies, "sealed_key": [None] * len(bodies)}
+    ring = sealing.keyring() or sealing.from_environment()
+    body, stored = list(bodies), list(bodies)
+    keys: list[str | None] = [None] * len(bodies)
+    for i in sealed:
+        raw = bodies[i] if isinstance(bodies[i], str) else bytes(bodies[i]).decode()
+        kid = keys[i] = sealing.key_id(raw)
+        try:
+            if ring is None:
+                raise MessageUnreadable(kid)
+            body[i] = stored[i] = ring.open(raw)
+        except MessageUnreadable:  # no key of its id, or one that does not open it
+            body[i] = None
+    return {"body": body, "body_stored": stored, "sealed_key": keys}
 
 
 def _text(values: Sequence[Any]) -> pa.Array:

@@ -76,8 +76,9 @@ class Slice:
 @dataclass(frozen=True, slots=True)
 class Page:
     """Up to PAGE_SIZE messages of one DLQ, column by column: `columns[name][i]` is message i's value, for
-    each name of: id, marker, body (its JSON text, as stored), created_ms, claim_count (claims in the DLQ
-    since it arrived), and the dead_letter provenance, None for a message posted to the DLQ directly:
+    each name of: id, marker, body (its JSON text, or sealed: core/sealing.py, as stored), created_ms,
+    claim_count (claims in the DLQ since it arrived), and the dead_letter provenance, None for a message
+    posted to the DLQ directly:
     source_queue, reason (max_claims | expired | rejected), dl_claim_count (claims it had when it was
     dead-lettered), dead_lettered_at_ms, first_enqueued_at_ms, redrive_count (None is 0), rejection_reason,
     rejection_description, consumer (the Client-ID of the consumer that failed, DeadLetter.consumer).

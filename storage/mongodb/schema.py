@@ -76,6 +76,7 @@ from core.models import (
     SubscriptionId,
     provenance_reader,
 )
+from core.sealing import body_of
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
 
@@ -503,7 +504,7 @@ def message_of(doc: dict[str, Any]) -> Message:
     return Message(
         id=MessageId(doc[m.ID]),
         queue=doc[m.QUEUE],
-        body=orjson.loads(doc[m.BODY]),
+        body=body_of(doc[m.BODY]),
         ttl=doc[m.TTL],
         created_ms=doc[m.CREATED],
         expires_ms=doc[m.EXPIRES],

@@ -62,6 +62,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.mongodb import outbox, subscriptions
 from storage.mongodb.claims import take_messages
@@ -404,7 +405,7 @@ class MongoStore:
                 M.ID: mid,
                 M.PROJECT: q.project,
                 M.QUEUE: q.name,
-                M.BODY: orjson.dumps(m.body),
+                M.BODY: stored_body(m.body, seal=bool(policy.encrypt_messages)),
                 M.TTL: ttl,
                 M.CREATED: now,
                 M.EXPIRES: e,

@@ -66,6 +66,7 @@ from core.models import (
     SubscriptionId,
     provenance_reader,
 )
+from core.sealing import body_of
 
 KEY_LAYOUT_VERSION = 1
 
@@ -394,7 +395,7 @@ def message_of(message_id: str, f: Mapping[str, Any]) -> Message:
         return Message(
             id=MessageId(message_id),
             queue=f[DeliveryField.QUEUE],
-            body=orjson.loads(f[_B]),
+            body=body_of(f[_B]),
             ttl=ttl,
             created_ms=created,
             expires_ms=created + ttl * 1000,
@@ -403,7 +404,7 @@ def message_of(message_id: str, f: Mapping[str, Any]) -> Message:
     return Message(
         id=MessageId(message_id),
         queue=f[_Q],
-        body=orjson.loads(f[_B]),
+        body=body_of(f[_B]),
         ttl=int(f[_T]),
         created_ms=int(f[_CR]),
         expires_ms=int(f[_E]),

@@ -46,6 +46,7 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     "CLUSTERDOWN": errors.StorageUnavailable,
     "TRYAGAIN": errors.StorageUnavailable,
     "CHARON_TOO_LARGE": errors.PayloadTooLarge,
+    "CHARON_SEAL": errors.EncryptionRequired,
     "CHARON_NO_CLAIM": errors.ClaimNotFound,
     "CHARON_CLAIMED": errors.ClaimMismatch,
     "CHARON_CLAIM_MISMATCH": errors.ClaimMismatch,

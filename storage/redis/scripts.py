@@ -256,12 +256,14 @@ class Scripts:
         default_ttl: int,
         default_delay: int,
         body_size: int,
+        sealed: bool,
         idempotency: tuple[str, str, int] | None = None,
     ) -> PostReply:
-        """packed: post_messages.lua's one-argument form of the messages; idempotency: (record key,
+        """packed: post_messages.lua's one-argument form of the messages; sealed: their bodies are sealed
+        (else CHARON_SEAL, EncryptionRequired, on a queue that encrypts); idempotency: (record key,
         fingerprint, window ms)."""
         keys = [t.project.message(i) for i in ids]
-        args: list[Any] = [client_id, default_ttl, default_delay, body_size, packed]
+        args: list[Any] = [client_id, default_ttl, default_delay, body_size, int(sealed), packed]
         if idempotency is not None:
             record, fingerprint, window_ms = idempotency
             keys.insert(0, record)
@@ -566,6 +568,8 @@ def _policy_arg(value: PolicyValue | None) -> Any:
     a float as Python writes it back (repr)."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return 1 if value else ""
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     return repr(value) if isinstance(value, float) else value

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from core.clock import Clock, SystemClock
-from core.errors import CharonError, NotFound, StorageFull, SubscriptionNotFound
+from core.errors import CharonError, EncryptionRequired, NotFound, StorageFull, SubscriptionNotFound
 from core.metadata import DeadLetterDefaults, QueuePolicy
 from core.models import (
     Claim,
@@ -39,6 +40,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.redis.keys import (
     ProjectKeys,
@@ -105,6 +107,9 @@ def _opt(value: object) -> str:
     return "" if value is None else str(value)
 
 
+SEALING_MEMORY_S = 60.0  # how long a process seals a queue's posts at once after the queue asked it to
+
+
 class RedisStore:
     def __init__(
         self,
@@ -126,6 +131,7 @@ class RedisStore:
         self._scripts = Scripts(self._runner, defaults=defaults)
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
         self._targets: dict[QueueRef, Target] = {}
+        self._sealing: dict[QueueRef, float] = {}  # queues found to encrypt, until (monotonic s)
         self._lease_token = new_id()
         self._outbox = Outbox(client, self._scripts, namespace, self._lease_token)
 
@@ -282,30 +288,45 @@ class RedisStore:
         idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
         ids = [MessageId(new_id()) for _ in messages]
-        fields: list[str] = []
-        for mid, m in zip(ids, messages, strict=True):
-            fields += [
-                mid,
-                "-1" if m.ttl is None else str(m.ttl),
-                "-1" if m.delay is None else str(m.delay),
-                "1" if m.dead_letter_eligible else "0",
-                orjson.dumps(m.body).decode(),  # orjson escapes every control character: no raw "\x1f"
-            ]
         record = None
         if idempotency is not None:
             key = QueueKeys.of(self._namespace, q).idempotency(idempotency.key)
             record = (key, idempotency.fingerprint, idempotency.window_ms)
-        reply = await self._scripts.post_messages(
-            await self._target(q),
-            now=self._clock.now_ms(),
-            ids=ids,
-            packed="\x1f".join(fields),
-            client_id=client_id,
-            default_ttl=default_ttl,
-            default_delay=default_delay,
-            body_size=body_size,
-            idempotency=record,
-        )
+        # The script knows whether the queue encrypts (its policy); it refuses clear bodies there, and this
+        # process then seals them and remembers the queue for a minute, so one post of it costs one call.
+        seal = self._sealing.get(q, 0.0) > time.monotonic()
+        while True:
+            fields: list[str] = []
+            for mid, m in zip(ids, messages, strict=True):
+                fields += [
+                    mid,
+                    "-1" if m.ttl is None else str(m.ttl),
+                    "-1" if m.delay is None else str(m.delay),
+                    "1" if m.dead_letter_eligible else "0",
+                    stored_body(m.body, seal=seal).decode(),  # orjson escapes "\x1f"; sealed is base64
+                ]
+            try:
+                reply = await self._scripts.post_messages(
+                    await self._target(q),
+                    now=self._clock.now_ms(),
+                    ids=ids,
+                    packed="\x1f".join(fields),
+                    client_id=client_id,
+                    default_ttl=default_ttl,
+                    default_delay=default_delay,
+                    body_size=body_size,
+                    sealed=seal,
+                    idempotency=record,
+                )
+            except EncryptionRequired:
+                if seal:
+                    raise
+                if len(self._sealing) >= 10_000:
+                    self._sealing.clear()
+                self._sealing[q] = time.monotonic() + SEALING_MEMORY_S
+                seal = True
+                continue
+            break
         await self._scheduled(q, reply.marks)
         return ids if reply.earlier_ids is None else [MessageId(i) for i in reply.earlier_ids]
 

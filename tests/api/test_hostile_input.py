@@ -530,8 +530,9 @@ async def test_a_patch_path_names_one_key_as_a_json_pointer(client: httpx.AsyncC
     assert await metadata() == {"a": {"b": 1}, "a/b~": 2}
 
 
-async def test_encryption_is_refused_until_it_exists(client: httpx.AsyncClient) -> None:
-    error(await client.put("/v2/queues/enc", json={"_enable_encrypt_messages": True}), 400, "not supported")
+async def test_encryption_is_refused_without_a_key(client: httpx.AsyncClient) -> None:
+    r = await client.put("/v2/queues/enc", json={"_enable_encrypt_messages": True})
+    error(r, 400, "CHARON_ENCRYPTION__KEYS")
     assert (await client.put("/v2/queues/enc", json={})).status_code == 201
     patch = [{"op": "add", "path": "/metadata/_enable_encrypt_messages", "value": True}]
     r = await client.patch("/v2/queues/enc", json=patch, headers={"Content-Type": JSON_PATCH})

@@ -12,6 +12,7 @@ external SMTP server or object store; its page says why."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -79,7 +80,9 @@ PAGES_WITH_EXAMPLES = [p for p in PAGES if any(True for _ in blocks(p))]
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CharonProcess]:
     """`make run`'s service: the embedded store, noauth, one worker."""
     data = tmp_path_factory.mktemp("examples")
-    service = CharonProcess(None, data_dir=data, env={"CHARON_SWEEP_INTERVAL": "0.2"}).start()
+    # a key, for docs/encryption.md's queue (a test key: 32 bytes of 7)
+    key = {"CHARON_ENCRYPTION__KEYS": "docs:" + base64.b64encode(bytes([7] * 32)).decode()}
+    service = CharonProcess(None, data_dir=data, env={"CHARON_SWEEP_INTERVAL": "0.2", **key}).start()
     try:
         yield service
     finally:

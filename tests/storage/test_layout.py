@@ -16,8 +16,10 @@ from importlib import resources
 import pytest
 import redis.asyncio as aioredis
 
+from core import sealing
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, QueuePolicy, parse_policy
+from core.sealing import Keyring
 from storage.redis.keys import (
     DEAD_LETTER_FIELDS,
     POLICY_FIELDS,
@@ -215,6 +217,7 @@ FULL_POLICY = {
     "_redelivery_delay_levels": ["1s", "500ms"],
     "_dead_letter_on_expiry": True,
     "_max_message_ttl": 7200,
+    "_enable_encrypt_messages": True,
 }
 
 
@@ -224,7 +227,11 @@ async def test_write_metadata_stores_policy_args_under_the_policy_fields(
 ) -> None:
     """Every value policy_args() sends lands in the queue hash under its field of POLICY_FIELDS; an unset one
     is no field; and every field of POLICY_FIELDS is set by a policy that sets every stored key."""
-    policy = parse_policy(metadata, Limits(), queue="q")
+    sealing.use(Keyring({"k": bytes(32)}))  # _enable_encrypt_messages: true needs a key
+    try:
+        policy = parse_policy(metadata, Limits(), queue="q")
+    finally:
+        sealing.use(None)
     args = policy_args(metadata, policy, None)
     queue = "charon:{layout-test}:q:q"
     script = (

@@ -19,6 +19,7 @@ from typing import Any, get_args
 
 import pytest
 
+from core import sealing
 from core.clock import ManualClock
 from core.models import (
     DeadLetterReason,
@@ -30,6 +31,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.sealing import Keyring
 from storage.mongodb import schema
 from storage.mongodb.store import MongoStore
 from tests.contract.helpers import CLIENT, DLQ, Q, claim_ids, post, set_meta
@@ -143,6 +145,7 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _redelivery_delay=1,
         _dead_letter_on_expiry=True,
         _max_message_ttl=7200,
+        _enable_encrypt_messages=True,
     )
     for q, subscriber in ((Q, "https://a.example/hook"), (DLQ, "mailto:ops@example.com")):
         await store.create_subscription(
@@ -206,7 +209,11 @@ async def test_what_the_driver_writes_has_exactly_the_fields_schema_names(
     mongo_store: MongoStore, clock: ManualClock
 ) -> None:
     assert {f for where in WHERE.values() for f in where.values()} == set(INSTANCES)
-    await _every_kind_of_write(mongo_store, clock)
+    sealing.use(Keyring({"k": bytes(32)}))  # the policy's `enc`: _enable_encrypt_messages needs a key
+    try:
+        await _every_kind_of_write(mongo_store, clock)
+    finally:
+        sealing.use(None)
     seen: dict[Any, set[str]] = {instance: set() for instance in INSTANCES}
     for collection, where in WHERE.items():
         docs = await getattr(mongo_store.collections, collection.value).find().to_list()

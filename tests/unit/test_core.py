@@ -160,8 +160,8 @@ def test_null_reserved_keys_mean_unset() -> None:
         ({"_max_messages_post_size": 262_145}, "between 1 and 262144"),
         ({"_max_claims_count": 3}, "Did you mean _max_claim_count"),
         ({"_private": 1}, "reserved"),
-        ({"_enable_encrypt_messages": True}, "not supported"),
-        ({"_enable_encrypt_messages": "false"}, "not supported"),
+        ({"_enable_encrypt_messages": True}, "needs an encryption key"),
+        ({"_enable_encrypt_messages": "false"}, "must be true or false"),
         ({"_flavor": "a\n"}, "_flavor must be 1 to 64"),
     ],
 )

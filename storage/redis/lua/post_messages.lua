@@ -1,11 +1,13 @@
 -- post_messages(KEYS=queue keys [, idempotency record], message1, message2, ...; ARGV=[queue script args,
---               client_id, default_ttl, default_delay, body_size, packed [, fingerprint, window_ms]])
+--               client_id, default_ttl, default_delay, body_size, sealed, packed [, fingerprint, window_ms]])
 --   packed: id1 US ttl1 US delay1 US eligible1 US body1 US id2 ... (US = "\31", which JSON text never holds
 --   unescaped): one argument instead of five a message, since each argument costs the client a conversion.
 --   ttl/delay -1 = queue default; eligible 0 = not DLQ-eligible (discarded where it would be dead-lettered)
 --   -> {lib.lua marks(), number posted}; every live confirmed subscription of the queue is owed a
 --   notification of each message (lib.lua notify_post), in this script; or error CHARON_TOO_LARGE when body_size
---   exceeds the queue's _max_messages_post_size.
+--   exceeds the queue's _max_messages_post_size; or error CHARON_SEAL when the queue encrypts its messages
+--   (_enable_encrypt_messages, policy field enc) and `sealed` is 0: the bodies are clear, and the driver seals
+--   them (core/sealing.py) and posts again. Nothing is stored then.
 --   With an Idempotency-Key's record key (KEYS[9]; the fingerprint given): a record there of the same fingerprint means the post
 --   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
 --   another fingerprint is error CHARON_IDEMPOTENCY; else the post is made and the record written with it,
@@ -13,7 +15,7 @@
 -- Creates the queue lazily; all messages of one post get consecutive markers (FIFO for one client). A ttl
 -- above the queue's _max_message_ttl is cut to it.
 local prefix, name, now, K = queue_script()
-local fingerprint, window_ms = ARGV[12], tonumber(ARGV[13])
+local fingerprint, window_ms = ARGV[13], tonumber(ARGV[14])
 local idem, first_key = nil, 9
 if fingerprint then idem, first_key = KEYS[9], 10 end
 if idem then
@@ -26,17 +28,20 @@ if idem then
     return {0, -1, rec[2]}
   end
 end
-local q = redis.call('HMGET', K.queue, 'maxpost', 'dttl', 'ddelay', 'maxttl')
+local q = redis.call('HMGET', K.queue, 'maxpost', 'dttl', 'ddelay', 'maxttl', 'enc')
 local maxpost = tonumber(q[1])
 if maxpost and tonumber(ARGV[10]) > maxpost then
   return redis.error_reply('CHARON_TOO_LARGE The body is ' .. ARGV[10] ..
     ' bytes; this queue takes at most ' .. maxpost .. ' bytes a post (_max_messages_post_size).')
 end
+if q[5] == '1' and ARGV[11] == '0' then
+  return redis.error_reply('CHARON_SEAL This queue encrypts its messages; seal them.')
+end
 ensure_queue(K, name, now)
 local dttl = tonumber(q[2]) or tonumber(ARGV[8])
 local ddelay = tonumber(q[3]) or tonumber(ARGV[9])
 local maxttl = tonumber(q[4])
-local packed, pos = ARGV[11], 1
+local packed, pos = ARGV[12], 1
 local function field()
   local stop = string.find(packed, '\31', pos, true) or (#packed + 1)
   local value = string.sub(packed, pos, stop - 1)
