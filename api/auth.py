@@ -10,6 +10,7 @@ the project every queue of the request lives in comes from it, never from anywhe
 - `trusted-proxy`: a gateway in front (keystonemiddleware's auth_token, or another) has authenticated the
   caller and set X-Identity-Status: Confirmed, X-Project-ID, X-User-ID and the roles header; anything else
   is 401. Only safe behind a gateway that strips those headers from what clients send.
+- Then, in every mode, the project's request rate (service/ratelimit.py): past it, 429 and nothing done.
 - In every mode, a request carrying URL-Signature is a pre-signed URL's (api/signed.py): allowed exactly
   the signed methods on the signed paths of the signed project until it expires, without a token.
 
@@ -31,8 +32,10 @@ from api.signed import SignedGrant
 from api.state import state_of
 from core.clock import Clock
 from core.errors import InvalidInput, NotAuthorized, Unauthenticated
+from service.ratelimit import RateLimiter
 
 IDENTITY = "charon.identity"  # the scope key of the request's Identity
+UNCOUNTED = "quotas:"  # the policy rules whose requests no request rate counts
 MAX_VERIFIED_URLS = 10_000  # pre-signed URLs whose signature was checked, kept per process (then forgotten)
 MAX_TOKEN_LEN = 8192  # a Keystone token is a few hundred characters; PKI-era ones some thousands
 
@@ -91,6 +94,7 @@ class Authenticator:
         validator: TokenValidator | None = None,
         signing_key: bytes | None = None,
         authenticate_uri: str = "",
+        limiter: RateLimiter | None = None,
     ) -> None:
         assert (mode is AuthMode.KEYSTONE) == (validator is not None)
         self.mode = mode
@@ -98,6 +102,7 @@ class Authenticator:
         self.validator = validator
         self.signing_key = signing_key
         self.authenticate_uri = authenticate_uri
+        self.limiter = limiter
         self._clock = clock
         self._headers = {**_HEADERS, roles_header.lower().encode("latin-1"): ("roles", roles_header)}
         # verified pre-signed URLs: (signature, expires, methods, paths, project) -> (grant, expires in ms);
@@ -214,6 +219,12 @@ class Authenticator:
     async def authorize(self, request: Request, rule: str) -> Identity:
         identity = await self.identify(request)
         self.policy.authorize(rule, identity.project, identity.user, identity.roles)
+        # the project's request rate (429 past it); the quota routes are not counted, so that an admin whose
+        # own project is throttled can still raise a limit
+        if self.limiter is not None and identity.project and not rule.startswith(UNCOUNTED):
+            waiting = self.limiter.admit(identity.project, request.scope["method"])
+            if waiting is not None:
+                await waiting
         request.scope[IDENTITY] = identity
         return identity
 

@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from api.access import WELL_FORMED
+from api.auth import UNCOUNTED
 from api.ids import ID_SCHEMA
 from api.routes.queues import ListQuery
 from core.limits import (
@@ -52,6 +53,8 @@ STATUS_TEXT = {
     413: "The body is larger than the limit the description names.",
     415: "Wrong Content-Type for this body.",
     422: "An Idempotency-Key used before for other messages.",
+    429: "The project used up its request rate (docs/quotas.md); nothing was done. Retry-After says in how "
+    "many seconds a request may be served.",
     503: "The storage does not answer (in time). The description says whether the change may have been made.",
     507: "The storage is full and refuses writes; nothing was changed.",
 }
@@ -236,9 +239,28 @@ def _responses(path: str, method: str, operation: Schema, auth: str) -> None:
         }
     if path in ("/", "/v2"):
         return
+    wanted = _errors(path, method, operation, auth)
+    for key, response in responses.items():
+        content = response.get("content", {})
+        if key.startswith("2") and content.get("application/json", {}).get("schema") == {}:
+            del response["content"]  # FastAPI's guess for a route that answers with no body
+    for code in sorted(wanted):
+        responses.setdefault(str(code), {})
+    for key, response in responses.items():
+        if key.isdigit() and int(key) >= 400:
+            response["content"] = copy.deepcopy(ERROR)
+            response["description"] = STATUS_TEXT.get(int(key), response.get("description", ""))
+    if "429" in responses:
+        responses["429"]["headers"] = {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}}
+
+
+def _errors(path: str, method: str, operation: Schema, auth: str) -> set[int]:
+    """The error statuses an operation may answer."""
     wanted = {400, 503}
     if "x-policy-rule" in operation:
         wanted.add(403)  # the policy rule (an operator's policy file may refuse anything)
+        if not str(operation["x-policy-rule"]).startswith(UNCOUNTED):
+            wanted.add(429)  # the project's request rate (api/auth.py)
         if auth != "noauth":
             wanted.add(401)
     if method in WRITES and path != "/v2/ping":
@@ -251,16 +273,7 @@ def _responses(path: str, method: str, operation: Schema, auth: str) -> None:
         or "/redrive" in path
     ):
         wanted.add(404)  # an unknown id, pool or flavor; a queue no pool holds (redrive, with pooling)
-    for key, response in responses.items():
-        content = response.get("content", {})
-        if key.startswith("2") and content.get("application/json", {}).get("schema") == {}:
-            del response["content"]  # FastAPI's guess for a route that answers with no body
-    for code in sorted(wanted):
-        responses.setdefault(str(code), {})
-    for key, response in responses.items():
-        if key.isdigit() and int(key) >= 400:
-            response["content"] = copy.deepcopy(ERROR)
-            response["description"] = STATUS_TEXT.get(int(key), response.get("description", ""))
+    return wanted
 
 
 def _metadata_schema(limits: Limits, *, topic: bool = False) -> Schema:

@@ -30,6 +30,7 @@ from core.models import (
     NotDeletedReason,
     ProvenanceField,
 )
+from core.quotas import QUOTAS
 from core.signatures import DEFAULT_MAX_BODY_BYTES, SIGNATURE_CHARS, SIGNATURE_PATTERN
 from storage.registry import MONGODB_SCHEMES, REDIS_SCHEMES, unsupported_scheme
 
@@ -325,7 +326,29 @@ class ConfirmIn(_In):
     confirmed: StrictBool = Field(description="true: confirm; false: unsubscribe (it is told so).")
 
 
+# PUT /v2/quotas/{project}: a field a quota (core/quotas.py QUOTAS), null to go back to the default
+_QUOTA_FIELDS: dict[str, Any] = {
+    q.name: (
+        Annotated[float, Field(strict=True)] | None,  # a number: not true, not "5"
+        Field(None, ge=q.lo, le=q.hi, description=f"{q.description} In {q.unit}; null: the default."),
+    )
+    for q in QUOTAS
+}
+QuotaIn: type[BaseModel] = create_model("QuotaIn", __base__=_In, **_QUOTA_FIELDS)
+
+
+class QuotaOut(BaseModel):
+    project: str
+    quotas: dict[str, float | None] = Field(
+        description="What the project may do: each quota's override, else the service's default (null: no "
+        "limit)."
+    )
+    overrides: dict[str, float] = Field(description="The project's own values, set by an admin.")
+    defaults: dict[str, float | None] = Field(description="The service's defaults (CHARON_QUOTAS__*).")
+
+
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    QuotaIn,
     SubscriptionIn,
     SubscriptionPatch,
     ConfirmIn,

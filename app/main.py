@@ -31,7 +31,7 @@ from api.head import HeadAsGet
 from api.keystone import TokenValidator, Trustee
 from api.metrics import HttpMetrics
 from api.policy import Policy
-from api.routes import admin, claims, docs, health, messages, queues, redrive, subscriptions, topics
+from api.routes import admin, claims, docs, health, messages, queues, quotas, redrive, subscriptions, topics
 from api.routes import metrics as metrics_route
 from api.routing import PlainRoute, documented
 from api.schemas import REQUEST_MODELS
@@ -41,9 +41,11 @@ from app.embedded import EmbeddedRedis
 from app.settings import Settings
 from core import sealing
 from core.clock import Clock, SystemClock
+from core.quotas import READS, WRITES
 from service.delivery import Deliverer
 from service.gauges import StoreGauges
 from service.notifier import Notifier
+from service.ratelimit import RateLimiter
 from service.redrive import RedriveRunner
 from service.sweeper import run_sweeper
 from service.waiting import LongPolls
@@ -90,8 +92,13 @@ def answer_long_polls_on_exit(polls: LongPolls) -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
-def authenticator(settings: Settings, clock: Clock) -> Authenticator:
-    """How the app identifies callers and checks its policy rules (api/auth.py), from the settings."""
+def authenticator(
+    settings: Settings, clock: Clock, store: Callable[[], Store | None] | None = None
+) -> Authenticator:
+    """How the app identifies callers, checks its policy rules and the projects' request rates (api/auth.py),
+    from the settings; `store`: the requests' store, where the rates' buckets are (None: no rate checked,
+    for `charon serve`'s check of the settings)."""
+    q = settings.quotas
     rules = Policy(settings.admin_role, settings.policy_file)
     if rules.unknown_rules:
         log.warning("the policy file names rules no operation checks: %s", ", ".join(rules.unknown_rules))
@@ -105,6 +112,15 @@ def authenticator(settings: Settings, clock: Clock) -> Authenticator:
         validator=validator,
         signing_key=key,
         authenticate_uri=settings.keystone.authenticate_uri,
+        limiter=None
+        if store is None
+        else RateLimiter(
+            store,
+            clock=clock,
+            defaults={READS: q.reads_per_second, WRITES: q.writes_per_second},
+            burst_seconds=q.burst_seconds,
+            cache_seconds=q.cache_seconds,
+        ),
     )
 
 
@@ -153,8 +169,14 @@ def open_configured_store(settings: Settings, clock: Clock) -> tuple[Store, Embe
     timeout, defaults = settings.storage_timeout, settings.dead_letter_defaults()
     if settings.pooling:
         catalogue = open_catalogue(uri, namespace=settings.namespace, timeout=timeout)
+        management = open_store(uri, namespace=settings.namespace, clock=clock, timeout=timeout)  # quotas
         pooled = PooledStore(
-            catalogue, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout
+            catalogue,
+            namespace=settings.namespace,
+            clock=clock,
+            defaults=defaults,
+            timeout=timeout,
+            management=management,
         )
         return pooled, embedded
     opened = open_store(uri, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout)
@@ -264,6 +286,9 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
     def store() -> Store:
         return state.store
 
+    def opened_store() -> Store | None:  # None until the lifespan (or the caller) sets it
+        return getattr(state, "store", None)
+
     state = AppState(
         clock=clock,
         limits=limits,
@@ -279,7 +304,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         notifications=settings.notifications,
         metrics_token=None if token is None else token.get_secret_value().encode(),
         metrics_loopback=settings.metrics.allow_loopback,
-        auth=authenticator(settings, clock),
+        auth=authenticator(settings, clock, opened_store),
         trustee=trusts,
         storage_check=health.StorageCheck(),
         long_polls=LongPolls(store, clock=clock, max_waiting=limits.max_waiting_claims),
@@ -301,7 +326,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
 
 
 # the routers of the OpenAPI document, in its order
-DECLARED = (messages, claims, health, queues, subscriptions, redrive, admin)
+DECLARED = (messages, claims, health, queues, subscriptions, redrive, quotas, admin)
 
 
 def add_routes(app: FastAPI) -> list[BaseRoute]:

@@ -89,6 +89,42 @@ class MetricsSettings(BaseModel):
         return None if isinstance(value, str) and not value.strip() else value
 
 
+class QuotaSettings(BaseModel):
+    """Per-project quotas (core/quotas.py, docs/quotas.md): the service-wide defaults, under each project's
+    overrides (PUT /v2/quotas/{project})."""
+
+    reads_per_second: float | None = Field(
+        None,
+        ge=0.01,
+        le=1_000_000,
+        description="Requests a second each project may make that only read (GET, HEAD), over every API "
+        "process; past it, 429 with Retry-After. Unset: no limit, but for projects an admin gave one.",
+    )
+    writes_per_second: float | None = Field(
+        None,
+        ge=0.01,
+        le=1_000_000,
+        description="Requests a second each project may make that change something (POST, PUT, PATCH, "
+        "DELETE), over every API process; past it, 429 with Retry-After. Unset: no limit, but for projects "
+        "an admin gave one.",
+    )
+    burst_seconds: float = Field(
+        2.0,
+        ge=0.01,
+        le=3600,
+        description="How many seconds of its rate a project may spend at once after being idle (the token "
+        "bucket's size; at least one request).",
+    )
+    cache_seconds: float = Field(
+        10.0,
+        ge=0,
+        le=300,
+        description="Seconds an API process keeps a project's quota overrides before reading them again: a "
+        "change by PUT /v2/quotas/{project} takes effect everywhere within it (at once in the process that "
+        "made it).",
+    )
+
+
 class EncryptionSettings(BaseModel):
     """Encryption at rest (core/sealing.py, docs/encryption.md): the keys of `_enable_encrypt_messages`."""
 
@@ -456,6 +492,10 @@ class Settings(BaseSettings):
         "CHARON_METRICS__MAX_QUEUES.",
     )
 
+    quotas: QuotaSettings = Field(
+        default_factory=QuotaSettings,
+        description="Per-project request rates, service-wide: e.g. CHARON_QUOTAS__WRITES_PER_SECOND.",
+    )
     encryption: EncryptionSettings = Field(
         default_factory=EncryptionSettings,
         description="Encryption of message bodies at rest: CHARON_ENCRYPTION__KEYS.",

@@ -50,6 +50,7 @@ LAYERS: dict[str, list[str]] = {
     "metrics": ["api.metrics:HttpMetrics.count"],
     "identity and policy": ["api.auth:Authenticator.authorize"],
     "signed-URL check": ["api.auth:Authenticator._signed"],
+    "request rate": ["service.ratelimit:RateLimiter.admit", "service.ratelimit:RateLimiter._admit"],
     "parameters and body": [
         "api.params:QueryModel.parse", "api.params:QueryModel.collect", "api.deps:read_json",
         "api.deps:validate_body", "api.deps:call_of", "api.ids:message_id", "api.ids:claim_id",

@@ -17,6 +17,7 @@ CharonError
  ├── PayloadTooLarge        413 "Request body too large"
  ├── UnsupportedMediaType   415 "Unsupported media type"
  ├── IdempotencyKeyReused   422 "Idempotency key reused"
+ ├── RateLimited            429 "Too many requests" (a project's request rate; Retry-After says when)
  ├── StorageUnavailable     503 "Service temporarily unavailable"   (nothing was changed)
  │    └── OutcomeUnknown    503 (the store stopped answering after a write was sent: it may have happened)
  ├── ServiceBusy            503 (a bound of this process is reached, e.g. waiting claims; nothing was changed)
@@ -171,6 +172,21 @@ class IdempotencyKeyReused(CharonError):
 
     status = 422
     title = "Idempotency key reused"
+
+
+class RateLimited(CharonError):
+    """The project used up its request rate (a quota, core/quotas.py); nothing was done."""
+
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, description: str, retry_after_s: int = 1) -> None:
+        super().__init__(description)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class StorageUnavailable(CharonError):

@@ -85,6 +85,16 @@ REDRIVE_RUNNING = Gauge(
     registry=REGISTRY,
 )
 
+# -- request rates (service/ratelimit.py) --------------------------------------------------------------------
+
+RATE_LIMITED = Counter(
+    "charon_rate_limited_requests_total",
+    "Requests refused with 429 because their project used up its request rate, by project and kind (reads: "
+    "GET and HEAD; writes: the rest).",
+    ["project", "kind"],
+    registry=REGISTRY,
+)
+
 
 def collect_processes() -> list[Metric]:
     """What the processes of this service counted: every worker's, added up, in several processes; this

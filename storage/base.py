@@ -36,6 +36,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.quotas import Bucket, Grant
 
 DEFAULT_TIMEOUT_S = 5.0  # seconds a storage operation may take before it fails (Settings.storage_timeout)
 
@@ -353,7 +354,31 @@ class SubscriptionStore(Protocol):
         notifier's backlog and lag."""
 
 
-class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, SubscriptionStore, Protocol):
+class QuotaStore(Protocol):
+    """A project's quota overrides and its request-rate token buckets (core/quotas.py): project-wide, so a
+    pooled store keeps them in its management store."""
+
+    async def get_quota(self, project: str) -> dict[str, float]:
+        """The project's overrides, quota name -> value; {} when it has none."""
+
+    async def set_quota(self, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
+        """Set each of `overrides` (None removes that one, back to the service's default), atomically, and
+        return the project's overrides after. The project's token buckets start again, full: a changed rate
+        applies at once."""
+
+    async def delete_quota(self, project: str) -> None:
+        """Remove every override of the project (and its token buckets); removing none is not an error."""
+
+    async def take_tokens(
+        self, project: str, bucket: Bucket, *, want: int, rate: float, capacity: int
+    ) -> Grant:
+        """Take up to `want` tokens from the project's bucket, refilled at `rate` a second since its last take
+        up to `capacity` (a new one starts full), in one atomic step: however many processes take at once,
+        no more tokens are granted than the bucket held. When none is left, the grant says how long until
+        one is."""
+
+
+class Store(QueueStore, MessageStore, ClaimStore, RedriveStore, SubscriptionStore, QuotaStore, Protocol):
     async def sweep(self, *, lease_ms: int = 0) -> int | None:
         """Bring every queue whose next claim or message expiry has come up to now, in every project.
 

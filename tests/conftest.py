@@ -191,7 +191,12 @@ async def pooled(
         weight = 1000 if name == heavy else 1
         await catalogue.put_pool(Pool(name, uri, weight=weight, options={"namespace": namespace}))
     store = PooledStore(
-        catalogue, namespace=namespace, clock=clock, defaults=defaults, timeout=SLOW_SERVER_TIMEOUT_S
+        catalogue,
+        namespace=namespace,
+        clock=clock,
+        defaults=defaults,
+        timeout=SLOW_SERVER_TIMEOUT_S,
+        management=RedisStore.from_url(redis_url, namespace=namespace, clock=clock),  # quotas
     )
     yield store
     await close_pooled(store)

@@ -25,7 +25,9 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             Written by posts and moves, never in a transaction (counters.py says why).
   claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends);
             deleted with their queue (a claim does not outlive its queue, as in Zaqar)
-  projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
+  projects  _id (project), mver (metadata version: bumped by every metadata write of the project), quota (the
+            project's quota overrides, by quota name: core/quotas.py), rate {reads, writes} (its request-rate
+            token buckets: tk tokens left, at ms of the last take; quotas.py)
   leases    _id (lease name), owner, until (ms)
   tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
             owner, lease (ms)
@@ -76,6 +78,7 @@ from core.models import (
     SubscriptionId,
     provenance_reader,
 )
+from core.quotas import QUOTAS, READS, WRITES
 from core.sealing import body_of
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
@@ -226,6 +229,29 @@ class ClaimFields:
 class ProjectFields:
     ID: str = "_id"
     METADATA_VERSION: str = "mver"
+    QUOTA: str = "quota"  # QuotaFields: the project's quota overrides (quotas.py)
+    RATE: str = "rate"  # RateFields: its request-rate token buckets
+
+
+# The sub-document `quota` of a project: an override a quota, under the quota's name (core's, as a policy
+# field's is core's).
+QuotaFields = make_dataclass(
+    "QuotaFields", [(q.name.upper(), str, field(default=q.name)) for q in QUOTAS], frozen=True, slots=True
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RateFields:
+    """The sub-document `rate` of a project: a token bucket (BucketFields) by core.quotas.Bucket."""
+
+    READS: str = READS
+    WRITES: str = WRITES
+
+
+@dataclass(frozen=True, slots=True)
+class BucketFields:
+    TOKENS: str = "tk"  # tokens left at AT (a float)
+    AT: str = "at"  # ms of the last take
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +331,9 @@ BACKOFF = BackoffFields()
 COUNTER = CounterFields()
 CLAIM = ClaimFields()
 PROJECT = ProjectFields()
+QUOTA_OVERRIDES = QuotaFields()
+RATE = RateFields()
+BUCKET = BucketFields()
 LEASE = LeaseFields()
 TASK = TaskFields()
 IDEMPOTENCY = IdempotencyFields()

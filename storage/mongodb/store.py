@@ -62,9 +62,10 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.quotas import Bucket, Grant
 from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
-from storage.mongodb import outbox, subscriptions
+from storage.mongodb import outbox, quotas, subscriptions
 from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import (
     MARKER_ATTEMPTS,
@@ -116,6 +117,7 @@ BACKGROUND_TIMEOUT_S = 60.0  # the sweeper's and a redrive step's deadline: more
 # Operations that change nothing a client asked for: a failure is "unavailable", never "outcome unknown".
 READS = frozenset(
     {
+        "get_quota",
         "metadata_version",
         "get_metadata",
         "list_queues",
@@ -274,6 +276,28 @@ class MongoStore:
             return True
 
         return await self._transaction(create)
+
+    # -- quotas -------------------------------------------------------------------------------------------
+
+    @_op
+    async def get_quota(self, project: str) -> dict[str, float]:
+        return await quotas.get(self._c, project)
+
+    @_op
+    async def set_quota(self, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
+        return await quotas.put(self._c, project, overrides)
+
+    @_op
+    async def delete_quota(self, project: str) -> None:
+        await quotas.delete(self._c, project)
+
+    @_op
+    async def take_tokens(
+        self, project: str, bucket: Bucket, *, want: int, rate: float, capacity: int
+    ) -> Grant:
+        return await quotas.take(
+            self._c, project, bucket, now=self._now(), want=want, rate=rate, capacity=capacity
+        )
 
     @_op
     async def metadata_version(self, q: QueueRef) -> int:

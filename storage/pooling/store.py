@@ -53,7 +53,8 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from storage.base import DEFAULT_TIMEOUT_S, Store, WakeCallback, Wakeups
+from core.quotas import Bucket, Grant
+from storage.base import DEFAULT_TIMEOUT_S, QuotaStore, Store, WakeCallback, Wakeups
 from storage.pooling.catalogue import Catalogue, Pool
 from storage.registry import open_store
 
@@ -83,8 +84,13 @@ class PooledStore:
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        management: Store | None = None,
     ) -> None:
+        """`management`: where project-wide records live (quota overrides and request-rate buckets), the store
+        on the catalogue's URI; without one (a tool that only moves queues), no project has an override and
+        a rate limit cannot be taken."""
         self.catalogue = catalogue
+        self._management = management
         self._timeout = timeout
         self._namespace = namespace
         self._clock = clock or SystemClock()
@@ -566,6 +572,27 @@ class PooledStore:
                 earliest = first
         return waiting, earliest
 
+    # -- quotas (project-wide: in the management store) ----------------------------------------------------
+
+    def _quotas(self) -> QuotaStore:
+        if self._management is None:
+            raise StorageUnavailable("This pooled store was opened without its management store.")
+        return self._management
+
+    async def get_quota(self, project: str) -> dict[str, float]:
+        return {} if self._management is None else await self._management.get_quota(project)
+
+    async def set_quota(self, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
+        return await self._quotas().set_quota(project, overrides)
+
+    async def delete_quota(self, project: str) -> None:
+        await self._quotas().delete_quota(project)
+
+    async def take_tokens(
+        self, project: str, bucket: Bucket, *, want: int, rate: float, capacity: int
+    ) -> Grant:
+        return await self._quotas().take_tokens(project, bucket, want=want, rate=rate, capacity=capacity)
+
     # -- service -------------------------------------------------------------------------------------------
 
     async def _each_pool(self) -> list[tuple[str, Store]]:
@@ -618,6 +645,8 @@ class PooledStore:
             await store.aclose()
         self._open.clear()
         self._retired.clear()
+        if self._management is not None:
+            await self._management.aclose()
         await self.catalogue.aclose()
 
     # -- metrics -------------------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix outbox                ZSET  delivery id -> ms it is due (a leased one: when its lease ends)
   prefix outbox:seq            STRING the delivery id counter
   prefix outbox:owed           STRING how many messages' deliveries the outbox owes (the notifier's backlog)
+  prefix quota                 HASH  a quota's name (core/quotas.py QUOTAS) -> the project's override
+  prefix rate:<bucket>         HASH  BucketField: the project's token bucket `reads` or `writes`
+                                     (take_tokens.lua; expires once it would be full again)
   prefix d:<delivery id>       HASH  DeliveryField, and for a dead letter's notification the message's
                                      MessageField copy; a post's notifications to one subscription are one
                                      hash, the messages packed in `_p`
@@ -184,6 +187,13 @@ class IdempotencyField(StrEnum):
     UNTIL = "until"
 
 
+class BucketField(StrEnum):
+    """A project's request-rate token bucket (take_tokens.lua)."""
+
+    TOKENS = "tk"  # tokens left (a float) at AT
+    AT = "at"  # ms of the last take
+
+
 def _tag(project: str) -> str:
     # '{' and '}' would end the hash tag early and '%' is the escape itself; the rest is kept as is.
     return project.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
@@ -264,6 +274,15 @@ class ProjectKeys:
     @property
     def metadata_version(self) -> str:
         return f"{self.prefix}mver"
+
+    @property
+    def quota(self) -> str:
+        """HASH quota name -> the project's override (core/quotas.py)."""
+        return f"{self.prefix}quota"
+
+    def bucket(self, bucket: str) -> str:
+        """HASH BucketField: the project's token bucket `reads` or `writes`."""
+        return f"{self.prefix}rate:{bucket}"
 
     def queue(self, name: str) -> str:
         return f"{self.prefix}q:{name}"

@@ -17,6 +17,7 @@ import orjson
 
 from core.metadata import DeadLetterDefaults, PolicyValue, QueuePolicy, policy_fields
 from core.models import Message, MessageId, MessageStamp, QueueRef, QueueStats, Subscription
+from core.quotas import Grant
 from storage.redis.keys import (
     POLICY_FIELDS,
     DeliveryField,
@@ -55,6 +56,7 @@ SCRIPT_NAMES = (
     "task_lease",
     "task_cancel",
     "task_release",
+    "take_tokens",
     "redrive_step",
     "subscribe",
     "update_subscription",
@@ -433,6 +435,14 @@ class Scripts:
 
     async def task_release(self, task_key: str, *, owner: str) -> bool:
         return bool(await self._run(self._s["task_release"], [task_key], [owner]))
+
+    # -- quotas ---------------------------------------------------------------------------------------
+
+    async def take_tokens(self, bucket_key: str, *, now: int, want: int, rate: float, capacity: int) -> Grant:
+        granted, wait_ms = await self._run(
+            self._s["take_tokens"], [bucket_key], [now, want, repr(rate), capacity]
+        )
+        return Grant(int(granted), int(wait_ms))
 
     # -- subscriptions and the outbox -----------------------------------------------------------------
 

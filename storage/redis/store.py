@@ -40,6 +40,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.quotas import READS, WRITES, Bucket, Grant
 from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.redis.keys import (
@@ -329,6 +330,42 @@ class RedisStore:
             break
         await self._scheduled(q, reply.marks)
         return ids if reply.earlier_ids is None else [MessageId(i) for i in reply.earlier_ids]
+
+    # -- quotas -------------------------------------------------------------------------------------------
+
+    async def get_quota(self, project: str) -> dict[str, float]:
+        async with unavailable_as_domain_error():
+            stored = await self._client.hgetall(ProjectKeys.of(self._namespace, project).quota)
+        return {str(name): float(value) for name, value in stored.items()}
+
+    async def set_quota(self, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
+        keys = ProjectKeys.of(self._namespace, project)
+        key = keys.quota
+        setting: dict[Any, Any] = {name: repr(v) for name, v in overrides.items() if v is not None}
+        removing = [name for name, v in overrides.items() if v is None]
+        async with unavailable_as_domain_error(write=True), self._client.pipeline(transaction=True) as p:
+            if setting:  # one key: MULTI/EXEC is atomic
+                p.hset(key, mapping=setting)
+            if removing:
+                p.hdel(key, *removing)
+            # a changed rate applies at once: its bucket starts again, full
+            p.delete(*(keys.bucket(b) for b in (READS, WRITES)))
+            p.hgetall(key)
+            done = await p.execute()
+        return {name: float(value) for name, value in done[-1].items()}
+
+    async def delete_quota(self, project: str) -> None:
+        keys = ProjectKeys.of(self._namespace, project)
+        async with unavailable_as_domain_error(write=True):
+            for key in (keys.quota, *(keys.bucket(b) for b in (READS, WRITES))):
+                await self._client.delete(key)
+
+    async def take_tokens(
+        self, project: str, bucket: Bucket, *, want: int, rate: float, capacity: int
+    ) -> Grant:
+        key = ProjectKeys.of(self._namespace, project).bucket(bucket)
+        now = self._clock.now_ms()
+        return await self._scripts.take_tokens(key, now=now, want=want, rate=rate, capacity=capacity)
 
     async def list_messages(
         self,

@@ -173,3 +173,31 @@ def test_workers_slow_to_start_are_waited_for_not_killed(redis_url: str, tmp_pat
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert b"died" not in err, err.decode(errors="replace")[-2000:]
+
+
+def test_a_projects_request_rate_is_one_budget_over_every_worker(redis_url: str) -> None:
+    """Two workers, a write rate of 10 requests in a burst and next to no refill: 32 posts spread over both
+    workers' connections get exactly 10 201s between them (each worker counting its own would give 20)."""
+    rate = {"CHARON_QUOTAS__WRITES_PER_SECOND": "0.01", "CHARON_QUOTAS__BURST_SECONDS": "1000"}
+    service = CharonProcess(
+        redis_url, namespace=f"r{os.urandom(4).hex()}", env={"CHARON_WORKERS": "2", **rate}
+    ).start()
+    assert service.proc is not None
+    clients = [httpx.Client(base_url=service.url, headers=HEADERS) for _ in range(16)]
+    try:
+        wait_for(lambda: listeners(service.port) == 2, "two workers are not both listening")
+        for c in clients:  # a read each (reads are not limited): 16 kept-alive connections
+            assert c.get("/v2/queues/w/stats").status_code == 200
+        held = connections(service.port, workers_of(service.proc.pid))
+        assert all(held), held
+        assert sum(held) == 16, held
+        codes = [c.post("/v2/queues/w/messages", json={"messages": [{"body": 1}]}) for c in clients * 2]
+        statuses = sorted(r.status_code for r in codes)
+        assert statuses.count(201) in (10, 11), statuses  # 11: a refill of 0.01 a second, should it come
+        assert set(statuses) == {201, 429}
+        posted = clients[0].get("/v2/queues/w/stats").json()["messages"]["total"]
+        assert posted == statuses.count(201)  # a refused post stored nothing
+    finally:
+        for c in clients:
+            c.close()
+        service.stop()

@@ -286,7 +286,7 @@ def test_every_error_class_has_a_client_status_and_title() -> None:
     classes = walk(errors.CharonError)[1:]
     assert len(classes) >= 12
     for cls in classes:
-        assert cls.status in {400, 401, 403, 404, 408, 409, 413, 415, 422, 503, 507}, cls
+        assert cls.status in {400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 503, 507}, cls
         assert cls.title, cls
         assert cls.title != errors.CharonError.title, cls
 

@@ -108,6 +108,10 @@ async def traffic(alpha: httpx.AsyncClient, beta: httpx.AsyncClient, store: Stor
     r = await alpha.post("/v2/queues/orders.dlq/redrive", json={"destination": "replay", "limit": 1})
     assert r.status_code == 200, r.text
     await post(beta, "inbox", {"body": "y"})
+    quota = {"reads_per_second": 0.01}  # a bucket of one read: the second is refused
+    assert (await beta.put(f"/v2/quotas/{BETA}", json=quota, headers=ADMIN)).status_code == 200
+    assert (await beta.get("/v2/queues/inbox/stats")).status_code == 200
+    assert (await beta.get("/v2/queues/inbox/stats")).status_code == 429
     clock.advance(5)  # the oldest messages are 66 s old
     return 4
 

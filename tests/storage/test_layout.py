@@ -23,6 +23,7 @@ from core.sealing import Keyring
 from storage.redis.keys import (
     DEAD_LETTER_FIELDS,
     POLICY_FIELDS,
+    BucketField,
     ClaimField,
     DeliveryField,
     IdempotencyField,
@@ -37,7 +38,16 @@ from storage.redis.scripts import POLICY_FIELDS_SLOT, SCRIPT_NAMES, defaults_arg
 
 LUA = resources.files("storage.redis") / "lua"
 LIB = library()
-LAYOUT = (QueueField, MessageField, ClaimField, TaskField, IdempotencyField, SubscriptionField, DeliveryField)
+LAYOUT = (
+    QueueField,
+    MessageField,
+    ClaimField,
+    TaskField,
+    IdempotencyField,
+    SubscriptionField,
+    DeliveryField,
+    BucketField,
+)
 FIELDS = {str(f) for enum in LAYOUT for f in enum} | set(POLICY_FIELDS) | set(DEAD_LETTER_FIELDS.values())
 HASH_COMMANDS = re.compile(r"redis\.call\('(HSET|HMGET|HGET|HDEL|HINCRBY|HSETNX|HEXISTS)',")
 

@@ -31,6 +31,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
+from core.quotas import READS, WRITES
 from core.sealing import Keyring
 from storage.mongodb import schema
 from storage.mongodb.store import MongoStore
@@ -105,7 +106,13 @@ WHERE = {
     },
     schema.Collection.COUNTERS: {(): schema.COUNTER, (schema.COUNTER.ID,): schema.COUNTER},
     schema.Collection.CLAIMS: {(): schema.CLAIM},
-    schema.Collection.PROJECTS: {(): schema.PROJECT},
+    schema.Collection.PROJECTS: {
+        (): schema.PROJECT,
+        (schema.PROJECT.QUOTA,): schema.QUOTA_OVERRIDES,
+        (schema.PROJECT.RATE,): schema.RATE,
+        (schema.PROJECT.RATE, schema.RATE.READS): schema.BUCKET,
+        (schema.PROJECT.RATE, schema.RATE.WRITES): schema.BUCKET,
+    },
     schema.Collection.LEASES: {(): schema.LEASE},
     schema.Collection.TASKS: {(): schema.TASK},  # its spec is RedriveSpec.to_dict()'s, core's
     schema.Collection.IDEMPOTENCY: {(): schema.IDEMPOTENCY, (schema.IDEMPOTENCY.ID,): schema.IDEMPOTENCY},
@@ -147,6 +154,9 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _max_message_ttl=7200,
         _enable_encrypt_messages=True,
     )
+    await store.set_quota(Q.project, {"reads_per_second": 1.0, "writes_per_second": 2.0})
+    for bucket in (READS, WRITES):
+        await store.take_tokens(Q.project, bucket, want=1, rate=1.0, capacity=2)
     for q, subscriber in ((Q, "https://a.example/hook"), (DLQ, "mailto:ops@example.com")):
         await store.create_subscription(
             q,
