@@ -35,7 +35,7 @@ from core.errors import InvalidInput, NotAuthorized, Unauthenticated
 from service.ratelimit import RateLimiter
 
 IDENTITY = "charon.identity"  # the scope key of the request's Identity
-UNCOUNTED = "quotas:"  # the policy rules whose requests no request rate counts
+UNCOUNTED = ("quotas:update", "quotas:delete")  # rules no request rate counts: a throttled admin still acts
 MAX_VERIFIED_URLS = 10_000  # pre-signed URLs whose signature was checked, kept per process (then forgotten)
 MAX_TOKEN_LEN = 8192  # a Keystone token is a few hundred characters; PKI-era ones some thousands
 
@@ -219,9 +219,9 @@ class Authenticator:
     async def authorize(self, request: Request, rule: str) -> Identity:
         identity = await self.identify(request)
         self.policy.authorize(rule, identity.project, identity.user, identity.roles)
-        # the project's request rate (429 past it); the quota routes are not counted, so that an admin whose
-        # own project is throttled can still raise a limit
-        if self.limiter is not None and identity.project and not rule.startswith(UNCOUNTED):
+        # the project's request rate (429 past it); an admin's change of quotas is not counted, so that an
+        # admin whose own project is throttled can still raise a limit
+        if self.limiter is not None and identity.project and rule not in UNCOUNTED:
             waiting = self.limiter.admit(identity.project, request.scope["method"])
             if waiting is not None:
                 await waiting

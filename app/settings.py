@@ -137,6 +137,12 @@ class EncryptionSettings(BaseModel):
         "no stored message uses it. Every process of the service (API, notifier, `charon insights` and its "
         "Spark executors) needs the same list. Unset: `_enable_encrypt_messages: true` is refused.",
     )
+    current: str | None = Field(
+        None,
+        description="The id of the key that encrypts (one of `keys`). Unset: the last one listed. Rotating: "
+        "first give every process the new key with the old one still encrypting here, then make the new one "
+        "encrypt; so no process meets a body sealed with a key it does not have yet (docs/encryption.md).",
+    )
 
     @field_validator("keys", mode="before")
     @classmethod
@@ -147,8 +153,18 @@ class EncryptionSettings(BaseModel):
             Keyring.parse(value)  # ValueError says which entry is wrong, never a key
         return value
 
+    @model_validator(mode="after")
+    def _current_is_listed(self) -> EncryptionSettings:
+        if self.current is not None:
+            if self.keys is None:
+                raise ValueError(
+                    "CHARON_ENCRYPTION__CURRENT names a key, and CHARON_ENCRYPTION__KEYS lists none"
+                )
+            self.keyring()  # ValueError unless it names a listed key
+        return self
+
     def keyring(self) -> Keyring | None:
-        return None if self.keys is None else Keyring.parse(self.keys.get_secret_value())
+        return None if self.keys is None else Keyring.parse(self.keys.get_secret_value(), self.current or "")
 
 
 def _listed(value: object) -> object:
@@ -251,7 +267,11 @@ def service_link(name: str, value: str | None) -> bool:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=PREFIX, env_nested_delimiter="__", extra="ignore")
+    # hide_input_in_errors: a refused value is never repeated in an error's text (a traceback, a log line):
+    # it may be a secret, e.g. an encryption key list (`charon` names the setting and what is wrong)
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, env_nested_delimiter="__", extra="ignore", hide_input_in_errors=True
+    )
 
     @classmethod
     def settings_customise_sources(

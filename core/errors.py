@@ -23,7 +23,8 @@ CharonError
  ├── ServiceBusy            503 (a bound of this process is reached, e.g. waiting claims; nothing was changed)
  ├── IdentityUnavailable    503 (Keystone could not say who the caller is; nothing was done)
  ├── StorageFull            507 "Insufficient storage"   (the store refuses writes; nothing was changed)
- └── MessageUnreadable      503 "Message unreadable" (a body encrypted with a key the service lacks)
+ ├── MessageUnreadable      503 "Message unreadable" (a body encrypted with a key the service lacks)
+ └── EncryptionUnavailable  503 "Encryption unavailable" (a post to an encrypting queue, and no key)
 
 The message of every instance is the description shown to the user: it says what to change.
 """
@@ -257,6 +258,19 @@ class MessageUnreadable(CharonError):
 
     status = 503
     title = "Message unreadable"
+
+    def after(self, done: str) -> MessageUnreadable:
+        """The same error, saying what the request did before it met the body (a claim, a pop)."""
+        return MessageUnreadable(f"{self} {done}")
+
+
+class EncryptionUnavailable(CharonError):
+    """A post to a queue that encrypts its messages, on a process that has no key to encrypt with (the
+    operator removed CHARON_ENCRYPTION__KEYS after the queue asked for it): the service's fault; nothing was
+    stored."""
+
+    status = 503
+    title = "Encryption unavailable"
 
 
 class EncryptionRequired(CharonError):

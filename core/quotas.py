@@ -21,7 +21,7 @@ from typing import Literal
 Bucket = Literal["reads", "writes"]
 READS: Bucket = "reads"
 WRITES: Bucket = "writes"
-READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+READ_METHODS = frozenset({"GET", "HEAD"})
 MAX_RATE = 1_000_000.0  # requests a second
 
 

@@ -10,10 +10,12 @@ JSON text never starts with a control character (orjson escapes them all), so a 
 exactly when it starts with SEALED: nothing else marks it, and a queue's old clear messages stay readable
 after encryption is turned on. The key id is the ciphertext's associated data.
 
-The process's keyring is set once, when the process reads its settings (`use`): the API, the notifier,
-`charon insights` and the Spark executors each from CHARON_ENCRYPTION__KEYS. The drivers seal when a queue's
-policy asks (`stored_body`) and open every body they read (`body_of`), so everything above them sees clear
-bodies, whatever path reads them.
+Rotation is two steps over every process (docs/encryption.md): add the new key while the old one still
+seals (CHARON_ENCRYPTION__CURRENT), then make the new one seal; so no process ever reads a body sealed with
+a key it does not have yet. The process's keyring is set once, when the process reads its settings (`use`):
+the API, the notifier, `charon insights` and the Spark executors each from CHARON_ENCRYPTION__KEYS. The
+drivers seal when a queue's policy asks (`stored_body`) and open every body they read (`body_of`), so
+everything above them sees clear bodies, whatever path reads them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from core.errors import InvalidInput, MessageUnreadable
+from core.errors import EncryptionUnavailable, InvalidInput, MessageUnreadable
 
 SEALED = "\x01"
 KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -38,24 +40,29 @@ KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
 MAX_KEYS = 16
 VARIABLE = "CHARON_ENCRYPTION__KEYS"
+CURRENT_VARIABLE = "CHARON_ENCRYPTION__CURRENT"
 
 
 @dataclass(frozen=True)
 class Keyring:
-    """Keys by id, in the order configured: the last one seals, each opens what it sealed."""
+    """Keys by id, in the order configured: `current` seals (by default the last one), each opens what it
+    sealed."""
 
-    keys: Mapping[str, bytes]
-    current: str = field(init=False)  # the id of the key that seals
+    keys: Mapping[str, bytes] = field(repr=False)  # never in a log line or a traceback's locals
+    current: str = ""  # the id of the key that seals; "": the last one
     _ciphers: dict[str, AESGCM] = field(init=False, repr=False, compare=False)  # one per key: made once
 
     def __post_init__(self) -> None:
         if not self.keys:
             raise ValueError("a keyring needs at least one key")
-        object.__setattr__(self, "current", list(self.keys)[-1])
+        if not self.current:
+            object.__setattr__(self, "current", list(self.keys)[-1])
+        elif self.current not in self.keys:
+            raise ValueError(f"the key that encrypts, {self.current!r}, is not one of the keys listed")
         object.__setattr__(self, "_ciphers", {kid: AESGCM(key) for kid, key in self.keys.items()})
 
     @classmethod
-    def parse(cls, text: str) -> Keyring:
+    def parse(cls, text: str, current: str = "") -> Keyring:
         """`id:base64key,id:base64key,...` (each key 32 random bytes, base64; `openssl rand -base64 32`).
 
         Raises:
@@ -82,7 +89,7 @@ class Keyring:
             if len(key) != KEY_BYTES:
                 raise ValueError(f"key {kid!r} is {len(key)} bytes; AES-256 takes {KEY_BYTES}")
             keys[kid] = key
-        return cls(keys)
+        return cls(keys, current)
 
     def seal(self, plain: bytes) -> str:
         kid = self.current
@@ -124,9 +131,10 @@ def keyring() -> Keyring | None:
 
 
 def from_environment() -> Keyring | None:
-    """The keyring of CHARON_ENCRYPTION__KEYS in this process's environment (a Spark executor's), or None."""
+    """The keyring of CHARON_ENCRYPTION__KEYS (and __CURRENT) in this process's environment (a Spark
+    executor's; it only opens), or None."""
     text = os.environ.get(VARIABLE)
-    return Keyring.parse(text) if text else None
+    return Keyring.parse(text, os.environ.get(CURRENT_VARIABLE, "")) if text else None
 
 
 def require_key(name: str) -> None:
@@ -150,15 +158,15 @@ def stored_body(body: Any, *, seal: bool) -> bytes:
     current key.
 
     Raises:
-        InvalidInput: `seal` without a configured key (the key was removed after the queue asked for it).
+        EncryptionUnavailable: `seal` without a configured key (removed after the queue asked for it).
     """
     text = orjson.dumps(body)
     if not seal:
         return text
     if _keyring is None:
-        raise InvalidInput(
+        raise EncryptionUnavailable(
             f"This queue encrypts its messages (_enable_encrypt_messages), and this service has no key to "
-            f"encrypt with: its operator sets {VARIABLE}."
+            f"encrypt with; nothing was stored. Its operator sets {VARIABLE} again."
         )
     return _keyring.seal(text).encode()
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import RateLimited, StorageUnavailable
+from core.errors import CharonError, RateLimited
 from core.quotas import RATE_OF, Bucket, bucket_of, capacity
 from service.metrics import RATE_LIMITED
 from storage.base import QuotaStore
@@ -29,6 +29,10 @@ from storage.base import QuotaStore
 LEASE_S = 0.25  # how long a leased token may wait to be spent
 LEASE_SHARE = 0.05  # a lease: this share of a second's rate (at least one token, at most the bucket)
 MAX_PROJECTS = 10_000  # projects whose limits and leases a process keeps (then it forgets them all)
+OPEN_S = 1.0  # after the store failed a rate's read or take: how long the project's requests pass unchecked
+OPEN = 1 << 62  # a lease's tokens while the store fails: as many as come
+MAX_LABELLED = 1000  # projects with series of their own in charon_rate_limited_requests_total
+OTHER = "_other"  # the project label of the rest
 
 
 @dataclass(slots=True)
@@ -56,6 +60,7 @@ class RateLimiter:
         self._leases: dict[tuple[str, Bucket], _Lease] = {}
         self._refused: dict[tuple[str, Bucket], float] = {}  # until (s): the bucket is empty
         self._locks: dict[tuple[str, Bucket], asyncio.Lock] = {}
+        self._labelled: set[str] = set()  # projects with a series of RATE_LIMITED
 
     @property
     def defaults(self) -> dict[Bucket, float | None]:
@@ -82,8 +87,8 @@ class RateLimiter:
         store = self._store()
         try:
             overrides = {} if store is None else await store.get_quota(project)
-        except StorageUnavailable:
-            self._limits[project] = (self._now() + 1.0, {})
+        except CharonError:  # unreachable, slow: the request meets that itself
+            self._limits[project] = (self._now() + OPEN_S, {})
             return {}
         self._limits[project] = (self._now() + self._cache_seconds, overrides)
         return overrides
@@ -133,7 +138,11 @@ class RateLimiter:
                 return
             try:
                 grant = await store.take_tokens(project, bucket, want=want, rate=rate, capacity=size)
-            except StorageUnavailable:  # the request meets the store's failure itself, or is served
+            except CharonError:
+                # the store does not answer, is full (a take writes: the reads and deletes that free it must
+                # still pass) or is contended: let the bucket's requests through for OPEN_S, so that those
+                # queued behind this take do not each wait out the store's timeout
+                self._leases[key] = _Lease(OPEN, self._now() + OPEN_S)
                 return
             now = self._now()
             if grant.granted:
@@ -161,7 +170,12 @@ class RateLimiter:
         name = RATE_OF[bucket]
         wait = max(0.0, self._refused.get(key, 0.0) - self._now())
         retry = max(1, math.ceil(wait))
-        RATE_LIMITED.labels(project=project, kind=bucket).inc()
+        if project not in self._labelled and len(self._labelled) >= MAX_LABELLED:
+            project_label = OTHER  # a caller cannot make the metric's series grow without bound
+        else:
+            self._labelled.add(project)
+            project_label = project
+        RATE_LIMITED.labels(project=project_label, kind=bucket).inc()
         raise RateLimited(
             f"Project {project} made more {bucket} than its rate allows ({name} {rate:g}, in bursts of up to "
             f"{size}); this request was not served. "

@@ -24,7 +24,7 @@ from api.render import json_response, messages
 from api.routing import Router
 from api.schemas import ClaimCreateIn, ClaimIn, ClaimOut, ErrorOut, MessagesOut, json_body
 from api.state import state_of
-from core.errors import InvalidInput
+from core.errors import InvalidInput, MessageUnreadable
 from core.limits import (
     DELAY_DOC,
     Limits,
@@ -97,11 +97,19 @@ async def create_claim(request: Request, params: ClaimQuery) -> Response:
     size = check_claim_limit(limit if limit is not None else limits.default_messages_per_claim, limits)
     ttl = check_claim_ttl(body.ttl if body.ttl is not None else limits.default_claim_ttl, limits)
     grace = check_claim_grace(body.grace if body.grace is not None else limits.default_claim_grace, limits)
-    if wait:
-        polls = state_of(request).long_polls
-        result = await polls.claim(call.q, ttl=ttl, grace=grace, limit=size, wait=wait, client_id=call.client)
-    else:
-        result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size, client_id=call.client)
+    try:
+        if wait:
+            polls = state_of(request).long_polls
+            result = await polls.claim(
+                call.q, ttl=ttl, grace=grace, limit=size, wait=wait, client_id=call.client
+            )
+        else:
+            result = await call.store.claim(call.q, ttl=ttl, grace=grace, limit=size, client_id=call.client)
+    except MessageUnreadable as e:  # a 5xx never hides what was done
+        raise e.after(
+            "The claim was made all the same: its messages are claimable again when it expires (its ttl), "
+            "and count that claim."
+        ) from None
     if result.claim is None:
         return Response(status_code=204)
     now = call.clock.now_ms()

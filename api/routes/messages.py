@@ -44,7 +44,7 @@ from api.schemas import (
     json_body,
 )
 from api.state import state_of
-from core.errors import InvalidInput, MessageNotFound, NotAllDeleted
+from core.errors import InvalidInput, MessageNotFound, MessageUnreadable, NotAllDeleted
 from core.limits import (
     DELAY_DOC,
     check_claim_limit,
@@ -277,7 +277,13 @@ async def delete_messages(request: Request, params: DeleteManyQuery) -> Response
         )
     if pop is not None:
         check_claim_limit(pop, limits, "pop")
-        popped = await store.pop_messages(q, limit=pop)
+        try:
+            popped = await store.pop_messages(q, limit=pop)
+        except MessageUnreadable as e:  # a 5xx never hides what was done
+            raise e.after(
+                "The messages were taken off the queue all the same (a pop deletes what it takes): this "
+                "answer could not show them."
+            ) from None
         now = call.clock.now_ms()
         shown = call.show(params.provenance)
         return json_response({"messages": messages(popped, now, shown)})

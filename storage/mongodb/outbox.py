@@ -15,6 +15,7 @@ that the lease drops (its subscription is gone); one confirmed meanwhile is owed
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from core.errors import MessageUnreadable
 from core.models import Delivery, DeliveryKind, QueueRef
 from storage.mongodb.counters import MARKER_ATTEMPTS, contended, marker_taken, reserve_markers
 from storage.mongodb.queries import Doc, notified
@@ -40,6 +42,8 @@ from storage.mongodb.schema import MESSAGE as M
 from storage.mongodb.transactions import in_transaction
 
 D, S = DELIVERY, SUBSCRIPTION
+
+log = logging.getLogger("charon.mongodb")
 
 
 def owed(q: QueueRef, subscription_id: str, kind: DeliveryKind, now: int, message: Doc | None = None) -> Doc:
@@ -179,7 +183,11 @@ async def lease(c: Collections, owner: str, *, now: int, lease_ms: int, limit: i
             sub = subs.get(doc[D.SUBSCRIPTION])
             if _owed_to(doc, sub, now):
                 assert sub is not None
-                out.append(delivery_of(doc, subscription_of(sub)))
+                try:
+                    out.append(delivery_of(doc, subscription_of(sub)))
+                except MessageUnreadable as e:  # left leased: due again when the lease ends, not holding
+                    # up the others; sent once the key is back
+                    log.warning("project %s: delivery %s put off: %s", doc[D.PROJECT], doc[D.ID], e)
             else:
                 dropped.append(doc[D.ID])
         if not dropped:

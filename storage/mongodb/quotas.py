@@ -1,5 +1,6 @@
-"""A project's quota overrides and request-rate token buckets (core/quotas.py), in its `projects` document:
-`quota` (overrides by quota name) and `rate` (a bucket by Bucket: tokens left and the ms of the last take).
+"""A project's quota overrides and request-rate token buckets (core/quotas.py), in its document of the
+`quotas` collection: `quota` (overrides by quota name) and `rate` (a bucket by Bucket: tokens left and the
+ms of the last take).
 
 A take reads the bucket and writes it back guarded by what it read (compare-and-set on one document): of
 takes racing on one bucket, one write lands and the others read again, so no more tokens are granted than
@@ -16,58 +17,66 @@ from pymongo.errors import DuplicateKeyError
 
 from core.errors import ServiceBusy
 from core.quotas import Bucket, Grant
-from storage.mongodb.schema import BUCKET, PROJECT, Collections
+from storage.mongodb.schema import BUCKET, PROJECT_QUOTA, Collections
 
 TAKE_ATTEMPTS = 50  # reads of a bucket one take may make while other takes win the race
 
 
 async def get(c: Collections, project: str) -> dict[str, float]:
-    doc = await c.projects.find_one({PROJECT.ID: project}, {PROJECT.QUOTA: 1})
-    return {k: float(v) for k, v in ((doc or {}).get(PROJECT.QUOTA) or {}).items()}
+    doc = await c.quotas.find_one({PROJECT_QUOTA.ID: project}, {PROJECT_QUOTA.QUOTA: 1})
+    return {k: float(v) for k, v in ((doc or {}).get(PROJECT_QUOTA.QUOTA) or {}).items()}
 
 
 async def put(c: Collections, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
     update: dict[str, Any] = {}
-    setting = {f"{PROJECT.QUOTA}.{k}": v for k, v in overrides.items() if v is not None}
-    removing = {f"{PROJECT.QUOTA}.{k}": "" for k, v in overrides.items() if v is None}
+    setting = {f"{PROJECT_QUOTA.QUOTA}.{k}": v for k, v in overrides.items() if v is not None}
+    removing = {f"{PROJECT_QUOTA.QUOTA}.{k}": "" for k, v in overrides.items() if v is None}
     if setting:
         update["$set"] = setting
     if not setting and not removing:
         return await get(c, project)
-    update["$unset"] = {**removing, PROJECT.RATE: ""}  # a changed rate applies at once: buckets start full
-    doc = await c.projects.find_one_and_update(
-        {PROJECT.ID: project},
+    update["$unset"] = {
+        **removing,
+        PROJECT_QUOTA.RATE: "",
+    }  # a changed rate applies at once: buckets start full
+    doc = await c.quotas.find_one_and_update(
+        {PROJECT_QUOTA.ID: project},
         update,
-        projection={PROJECT.QUOTA: 1},
+        projection={PROJECT_QUOTA.QUOTA: 1},
         upsert=True,
         return_document=ReturnDocument.AFTER,
     )
-    return {k: float(v) for k, v in ((doc or {}).get(PROJECT.QUOTA) or {}).items()}
+    return {k: float(v) for k, v in ((doc or {}).get(PROJECT_QUOTA.QUOTA) or {}).items()}
 
 
 async def delete(c: Collections, project: str) -> None:
-    await c.projects.update_one({PROJECT.ID: project}, {"$unset": {PROJECT.QUOTA: "", PROJECT.RATE: ""}})
+    await c.quotas.update_one(
+        {PROJECT_QUOTA.ID: project}, {"$unset": {PROJECT_QUOTA.QUOTA: "", PROJECT_QUOTA.RATE: ""}}
+    )
 
 
 async def take(
     c: Collections, project: str, bucket: Bucket, *, now: int, want: int, rate: float, capacity: int
 ) -> Grant:
-    path = f"{PROJECT.RATE}.{bucket}"
+    path = f"{PROJECT_QUOTA.RATE}.{bucket}"
     tokens_path, at_path = f"{path}.{BUCKET.TOKENS}", f"{path}.{BUCKET.AT}"
+    taken_at = now
     for _ in range(TAKE_ATTEMPTS):
-        doc = await c.projects.find_one({PROJECT.ID: project}, {path: 1})
-        held = ((doc or {}).get(PROJECT.RATE) or {}).get(bucket)
+        now = taken_at
+        doc = await c.quotas.find_one({PROJECT_QUOTA.ID: project}, {path: 1})
+        held = ((doc or {}).get(PROJECT_QUOTA.RATE) or {}).get(bucket)
         if held is None:
             tokens: float = capacity
-            guard: dict[str, Any] = {PROJECT.ID: project, path: {"$exists": False}}
+            guard: dict[str, Any] = {PROJECT_QUOTA.ID: project, path: {"$exists": False}}
         else:
             last_tokens, last_at = held[BUCKET.TOKENS], held[BUCKET.AT]
             tokens = min(capacity, last_tokens + max(0, now - last_at) * rate / 1000)
-            guard = {PROJECT.ID: project, tokens_path: last_tokens, at_path: last_at}
+            guard = {PROJECT_QUOTA.ID: project, tokens_path: last_tokens, at_path: last_at}
+            now = max(now, last_at)  # a clock behind never moves the last take back (take_tokens.lua)
         granted = min(want, math.floor(tokens))
         left = tokens - granted
         try:
-            done = await c.projects.update_one(
+            done = await c.quotas.update_one(
                 guard, {"$set": {tokens_path: left, at_path: now}}, upsert=held is None
             )
         except DuplicateKeyError:  # the document exists (with another bucket, or made meanwhile): read again

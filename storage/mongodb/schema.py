@@ -25,9 +25,9 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             Written by posts and moves, never in a transaction (counters.py says why).
   claims    _id (claim id), p, q, ttl, grace, cr, e (ms), gc (Date, TTL index: dropped a while after it ends);
             deleted with their queue (a claim does not outlive its queue, as in Zaqar)
-  projects  _id (project), mver (metadata version: bumped by every metadata write of the project), quota (the
-            project's quota overrides, by quota name: core/quotas.py), rate {reads, writes} (its request-rate
-            token buckets: tk tokens left, at ms of the last take; quotas.py)
+  projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
+  quotas    _id (project), quota (the project's quota overrides, by quota name: core/quotas.py), rate {reads,
+            writes} (its request-rate token buckets: tk tokens left, at ms of the last take; quotas.py)
   leases    _id (lease name), owner, until (ms)
   tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
             owner, lease (ms)
@@ -112,6 +112,7 @@ class Collection(StrEnum):
     IDEMPOTENCY = "idempotency"
     SUBSCRIPTIONS = "subscriptions"
     DELIVERIES = "deliveries"
+    QUOTAS = "quotas"
 
     def of(self, namespace: str) -> str:
         """The collection's name in `namespace`."""
@@ -229,7 +230,15 @@ class ClaimFields:
 class ProjectFields:
     ID: str = "_id"
     METADATA_VERSION: str = "mver"
-    QUOTA: str = "quota"  # QuotaFields: the project's quota overrides (quotas.py)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectQuotaFields:
+    """A project's document of `quotas` (quotas.py): its own collection, so that a rate taken before the
+    project's first metadata write never makes a `projects` document without its version."""
+
+    ID: str = "_id"  # the project
+    QUOTA: str = "quota"  # QuotaFields: the project's quota overrides
     RATE: str = "rate"  # RateFields: its request-rate token buckets
 
 
@@ -331,6 +340,7 @@ BACKOFF = BackoffFields()
 COUNTER = CounterFields()
 CLAIM = ClaimFields()
 PROJECT = ProjectFields()
+PROJECT_QUOTA = ProjectQuotaFields()
 QUOTA_OVERRIDES = QuotaFields()
 RATE = RateFields()
 BUCKET = BucketFields()
@@ -377,6 +387,7 @@ class Collections:
     idempotency: AsyncCollection[dict[str, Any]]
     subscriptions: AsyncCollection[dict[str, Any]]
     deliveries: AsyncCollection[dict[str, Any]]
+    quotas: AsyncCollection[dict[str, Any]]
     defaults: DeadLetterDefaults = field(default_factory=DeadLetterDefaults)
 
     @classmethod
@@ -394,6 +405,7 @@ class Collections:
             idempotency=db[Collection.IDEMPOTENCY.of(namespace)],
             subscriptions=db[Collection.SUBSCRIPTIONS.of(namespace)],
             deliveries=db[Collection.DELIVERIES.of(namespace)],
+            quotas=db[Collection.QUOTAS.of(namespace)],
             defaults=defaults or DeadLetterDefaults(),
         )
 
@@ -460,6 +472,7 @@ class Collections:
             self.idempotency,
             self.subscriptions,
             self.deliveries,
+            self.quotas,
         ):
             await collection.drop()
 

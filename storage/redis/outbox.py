@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import redis.asyncio as aioredis
 
-from core.errors import CharonError, StorageFull
+from core.errors import CharonError, MessageUnreadable, StorageFull
 from core.models import Delivery, Message, MessageId
 from storage.redis.keys import (
     DeliveryField,
@@ -51,6 +51,12 @@ _KIND, _SUB, _QUEUE, _ATTEMPTS, _CREATED, _MESSAGE = (
 _PACKED = DeliveryField.PACKED.value
 _KINDS = {"notification", "confirmation", "unsubscribed"}
 _INDEX = "."  # a post's delivery hash's id, this, the message's index in it: the Delivery's id
+
+
+def unreadable(project: str, delivery: str, e: MessageUnreadable) -> None:
+    """A delivery whose message's body this process cannot open (its key is missing) is not sent, and does
+    not hold up the others: it stays leased, so it is due again when the lease ends, until the key is back."""
+    log.warning("project %s: delivery %s put off: %s", project, delivery, e)
 
 
 def deliveries_of(
@@ -239,7 +245,10 @@ class Outbox:
             )
             for project, reply in zip(batch, replies, strict=True):
                 for did, d, s, indexes in reply.leased:
-                    out.extend(deliveries_of(project, did, d, s, indexes))
+                    try:
+                        out.extend(deliveries_of(project, did, d, s, indexes))
+                    except MessageUnreadable as e:  # left leased: due again when the lease ends
+                        unreadable(project, did, e)
             await self.record({p: r.next_due_ms for p, r in zip(batch, replies, strict=True)})
         if projects:  # not looked at this time: still due, so recorded as due now for the next call
             await self.record(dict.fromkeys(projects, now))

@@ -323,6 +323,40 @@ async def test_a_full_redis_refuses_writes_with_json_and_consumers_free_it(
         await store.aclose()
 
 
+async def test_a_full_redis_with_request_rates_still_serves_the_reads_and_deletes_that_free_it(
+    redis_server: RedisServer,
+) -> None:
+    """A rate's take is a write: on a full Redis it is refused, and the request is let through (never a 507
+    for a GET, nor for the claim and delete that free the store), as is every request of the bucket for a
+    second after, without asking the store again."""
+    admin = aioredis.Redis.from_url(redis_server.url)
+    store = RedisStore.from_url(redis_server.url, namespace="full-rate", timeout=TIMEOUT)
+    rates = {"reads_per_second": 1000, "writes_per_second": 1000, "burst_seconds": 0.01}  # 10 a take
+    try:
+        async with await app_on(store, quotas=rates) as c:
+            assert (
+                await c.post("/v2/queues/q/messages", json={"messages": [{"body": 1}] * 3})
+            ).status_code == 201
+            used = int((await admin.info("memory"))["used_memory"])
+            await admin.config_set("maxmemory-policy", "noeviction")
+            await admin.config_set("maxmemory", used + 1_000_000)
+            big = "x" * 20_000
+            while (
+                await c.post("/v2/queues/q/messages", json={"messages": [{"body": big}] * 5})
+            ).status_code != 507:
+                pass
+            for _ in range(5):
+                assert (await c.get("/v2/queues/q/stats")).status_code == 200
+            claimed = await c.post("/v2/queues/q/claims?limit=2", json={"ttl": 60})
+            assert claimed.status_code == 201, claimed.text
+            for m in claimed.json()["messages"]:
+                assert (await c.delete(m["href"])).status_code == 204
+    finally:
+        await admin.config_set("maxmemory", 0)
+        await admin.aclose()
+        await store.aclose()
+
+
 async def test_a_claim_that_succeeded_is_answered_even_when_bookkeeping_after_it_fails(
     redis_server: RedisServer,
 ) -> None:

@@ -74,7 +74,7 @@ async def test_a_body_whose_key_is_gone_is_the_services_fault_naming_the_key(
     client: httpx.AsyncClient,
 ) -> None:
     assert (await client.put("/v2/queues/vault", json=ENCRYPTED)).status_code == 201
-    [mid] = await post_messages(client, "vault", BODY)  # sealed by `new`, the last key
+    [mid, _] = await post_messages(client, "vault", BODY, BODY)  # sealed by `new`, the last key
     ring = sealing.keyring()
     assert ring is not None
     try:
@@ -85,6 +85,13 @@ async def test_a_body_whose_key_is_gone_is_the_services_fault_naming_the_key(
         assert problem["title"] == "Message unreadable"
         assert "'new'" in problem["description"]
         assert "4111" not in r.text
+        # a 5xx never hides what was done
+        r = await client.delete("/v2/queues/vault/messages?pop=1")
+        assert r.status_code == 503
+        assert "taken off the queue all the same" in r.json()["description"]
+        r = await client.post("/v2/queues/vault/claims", json={"ttl": 60})
+        assert r.status_code == 503
+        assert "The claim was made all the same" in r.json()["description"]
     finally:
         sealing.use(ring)
 
@@ -106,3 +113,20 @@ def test_bad_keys_are_refused_by_name_without_showing_a_key(keys: str, fragment:
     assert fragment in shown
     assert "AAAA" not in shown
     assert shown.startswith("CHARON_ENCRYPTION__KEYS")
+
+
+def test_the_key_that_encrypts_is_chosen_and_must_be_listed() -> None:
+    chosen = Settings(storage_uri="redis://unused", encryption={"keys": KEYS, "current": "old"})
+    ring = chosen.encryption.keyring()
+    assert ring is not None
+    assert ring.current == "old"  # rotation's first step: the new key known, the old one still encrypting
+    assert sealing.key_id(ring.seal(b"1")) == "old"
+    default = Settings(storage_uri="redis://unused", encryption={"keys": KEYS}).encryption.keyring()
+    assert default is not None
+    assert default.current == "new"  # unset: the last one listed
+    with pytest.raises(ValidationError) as refused:
+        Settings(storage_uri="redis://unused", encryption={"keys": KEYS, "current": "missing"})
+    assert "'missing', is not one of the keys listed" in not_valid(refused.value)
+    with pytest.raises(ValidationError, match="lists none"):
+        Settings(storage_uri="redis://unused", encryption={"current": "old"})
+    assert repr(default) == "Keyring(current='new')"  # a keyring never shows its keys

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from core import sealing
+from core.clock import ManualClock
 from core.errors import MessageUnreadable
 from core.models import QueueRef, RedriveSpec, TaskId
 from core.sealing import Keyring
@@ -22,7 +23,7 @@ from storage.base import Store
 from storage.mongodb.store import MongoStore
 from storage.redis.store import RedisStore
 from tests.contract.helpers import CLIENT, DLQ, Q, all_messages, claim_ids, post, set_meta
-from tests.contract.test_outbox import drain
+from tests.contract.test_outbox import LEASE_MS, drain
 from tests.contract.test_subscriptions import HOOK, subscribe
 
 pytestmark = pytest.mark.every_store
@@ -167,3 +168,20 @@ def _texts(value: Any) -> list[str]:
     if isinstance(value, bytes):
         return [value.decode(errors="replace")]
     return [str(value)]
+
+
+async def test_a_notification_whose_key_is_missing_waits_and_holds_up_no_other(
+    store: Store, keys: Keyring, clock: ManualClock
+) -> None:
+    other = QueueRef(Q.project, "clear")
+    await set_meta(store, Q, _enable_encrypt_messages=True)
+    await subscribe(store, Q, HOOK)
+    await subscribe(store, other, HOOK)
+    await post(store, Q, BODY)
+    await post(store, other, "clear body")
+    sealing.use(None)  # the key is gone from this process
+    assert [d.message.body for d in await drain(store) if d.message] == ["clear body"]
+    sealing.use(keys)  # back: the put-off notification comes when its lease ends
+    assert await drain(store) == []
+    clock.advance(LEASE_MS / 1000 + 1)
+    assert [d.message.body for d in await drain(store) if d.message] == [BODY]

@@ -9,8 +9,10 @@ import asyncio
 import pytest
 
 from core.clock import ManualClock
+from core.models import QueueRef
 from core.quotas import READS, WRITES, Grant
 from storage.base import Store
+from tests.contract.helpers import set_meta
 
 pytestmark = pytest.mark.every_store
 
@@ -58,3 +60,29 @@ async def test_deleting_the_quota_refills_the_buckets(store: Store) -> None:
     assert (await store.take_tokens("p", WRITES, want=1, rate=1.0, capacity=5)).granted == 0
     await store.delete_quota("p")
     assert (await store.take_tokens("p", WRITES, want=1, rate=1.0, capacity=5)).granted == 1
+
+
+async def test_a_rate_taken_before_a_projects_first_queue_leaves_its_metadata_writes_alone(
+    store: Store,
+) -> None:
+    """A project's first request may take a token before any of its queues exists: its metadata version
+    must read 0 after that, and the first metadata write must land (MongoDB once kept both in one
+    document, and a queue could no longer be created: KeyError, then MetadataChanged forever)."""
+    q = QueueRef("fresh", "orders")
+    await store.take_tokens("fresh", WRITES, want=1, rate=1.0, capacity=5)
+    await store.set_quota("fresh", {"writes_per_second": 5.0})
+    assert await store.metadata_version(q) == 0
+    await set_meta(store, q, _max_claim_count=3)
+    assert (await store.get_metadata(q))["_max_claim_count"] == 3
+
+
+async def test_a_clock_behind_another_never_moves_the_last_take_back(
+    store: Store, clock: ManualClock
+) -> None:
+    """Two API processes whose clocks disagree by 10 s take in turn: the one behind refills nothing and
+    leaves the last take's time where the one ahead put it, so the next take ahead is not refilled twice."""
+    assert (await store.take_tokens("p", WRITES, want=4, rate=1.0, capacity=4)).granted == 4
+    clock.advance(-10)  # the process behind
+    assert (await store.take_tokens("p", WRITES, want=4, rate=1.0, capacity=4)).granted == 0
+    clock.advance(11)  # the process ahead, 1 s after its take: one token, not 4 (10 s counted twice)
+    assert (await store.take_tokens("p", WRITES, want=4, rate=1.0, capacity=4)).granted == 1

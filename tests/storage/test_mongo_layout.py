@@ -106,12 +106,13 @@ WHERE = {
     },
     schema.Collection.COUNTERS: {(): schema.COUNTER, (schema.COUNTER.ID,): schema.COUNTER},
     schema.Collection.CLAIMS: {(): schema.CLAIM},
-    schema.Collection.PROJECTS: {
-        (): schema.PROJECT,
-        (schema.PROJECT.QUOTA,): schema.QUOTA_OVERRIDES,
-        (schema.PROJECT.RATE,): schema.RATE,
-        (schema.PROJECT.RATE, schema.RATE.READS): schema.BUCKET,
-        (schema.PROJECT.RATE, schema.RATE.WRITES): schema.BUCKET,
+    schema.Collection.PROJECTS: {(): schema.PROJECT},
+    schema.Collection.QUOTAS: {
+        (): schema.PROJECT_QUOTA,
+        (schema.PROJECT_QUOTA.QUOTA,): schema.QUOTA_OVERRIDES,
+        (schema.PROJECT_QUOTA.RATE,): schema.RATE,
+        (schema.PROJECT_QUOTA.RATE, schema.RATE.READS): schema.BUCKET,
+        (schema.PROJECT_QUOTA.RATE, schema.RATE.WRITES): schema.BUCKET,
     },
     schema.Collection.LEASES: {(): schema.LEASE},
     schema.Collection.TASKS: {(): schema.TASK},  # its spec is RedriveSpec.to_dict()'s, core's
