@@ -132,10 +132,10 @@ class EncryptionSettings(BaseModel):
         None,
         description="The AES-256 keys that encrypt the bodies of queues with `_enable_encrypt_messages`: "
         "`id:base64key` entries, comma-separated (each key 32 random bytes in base64, `openssl rand -base64 "
-        "32`; an id of 1 to 32 letters, digits, `-` or `_`; at most 16). The last one encrypts; each one "
-        "decrypts what it encrypted, so rotate by appending a key with a new id, and remove a key only when "
-        "no stored message uses it. Every process of the service (API, notifier, `charon insights` and its "
-        "Spark executors) needs the same list. Unset: `_enable_encrypt_messages: true` is refused.",
+        "32`; an id of 1 to 32 letters, digits, `-` or `_`; at most 16). One encrypts (`current`, else the "
+        "last one); each one decrypts what it encrypted: rotate in two steps (`current`), and remove a key "
+        "only when no stored message uses it. Every process of the service (API, notifier, `charon insights` "
+        "and its Spark executors) needs the same list. Unset: `_enable_encrypt_messages: true` is refused.",
     )
     current: str | None = Field(
         None,

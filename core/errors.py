@@ -254,7 +254,8 @@ class StorageFull(CharonError):
 class MessageUnreadable(CharonError):
     """A stored message body is encrypted with a key this process lacks (the operator removed or changed a
     key of CHARON_ENCRYPTION__KEYS): a fault of the service's configuration, never of the request, and one
-    the operator can mend (the key put back), so 503, not a bug's 500; nothing was changed."""
+    the operator can mend (the key put back), so 503, not a bug's 500. A read changed nothing; a claim or a
+    pop that met it says what it did (`after`)."""
 
     status = 503
     title = "Message unreadable"

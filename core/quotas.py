@@ -23,6 +23,9 @@ READS: Bucket = "reads"
 WRITES: Bucket = "writes"
 READ_METHODS = frozenset({"GET", "HEAD"})
 MAX_RATE = 1_000_000.0  # requests a second
+# How far apart the API processes' clocks may be for a bucket to believe a last take in its future (then it
+# is kept, so the time between is not refilled twice); one further ahead is replaced by the taker's now.
+MAX_SKEW_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,8 +39,10 @@ KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 KEY_BYTES = 32  # AES-256
 NONCE_BYTES = 12
 MAX_KEYS = 16
+# A notification whose message's body this process cannot open is put off this long, again and again, until
+# the key is back (never sent without its body, never holding up the others)
+UNREADABLE_PUT_OFF_MS = 60_000
 VARIABLE = "CHARON_ENCRYPTION__KEYS"
-CURRENT_VARIABLE = "CHARON_ENCRYPTION__CURRENT"
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ class Keyring:
         if not self.current:
             object.__setattr__(self, "current", list(self.keys)[-1])
         elif self.current not in self.keys:
-            raise ValueError(f"the key that encrypts, {self.current!r}, is not one of the keys listed")
+            shown = repr(self.current) if KEY_ID.fullmatch(self.current) else "(not an id: never shown)"
+            raise ValueError(f"the key that encrypts, {shown}, is not one of the keys listed")
         object.__setattr__(self, "_ciphers", {kid: AESGCM(key) for kid, key in self.keys.items()})
 
     @classmethod
@@ -131,10 +134,10 @@ def keyring() -> Keyring | None:
 
 
 def from_environment() -> Keyring | None:
-    """The keyring of CHARON_ENCRYPTION__KEYS (and __CURRENT) in this process's environment (a Spark
-    executor's; it only opens), or None."""
+    """The keyring of CHARON_ENCRYPTION__KEYS in this process's environment (a Spark executor's, which only
+    opens: which key encrypts does not matter there), or None."""
     text = os.environ.get(VARIABLE)
-    return Keyring.parse(text, os.environ.get(CURRENT_VARIABLE, "")) if text else None
+    return Keyring.parse(text) if text else None
 
 
 def require_key(name: str) -> None:

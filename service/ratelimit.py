@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from core.clock import Clock
-from core.errors import CharonError, RateLimited
-from core.quotas import RATE_OF, Bucket, bucket_of, capacity
+from core.errors import CharonError, RateLimited, ServiceBusy
+from core.quotas import RATE_OF, Bucket, Grant, bucket_of, capacity
 from service.metrics import RATE_LIMITED
 from storage.base import QuotaStore
 
@@ -87,8 +87,11 @@ class RateLimiter:
         store = self._store()
         try:
             overrides = {} if store is None else await store.get_quota(project)
-        except CharonError:  # unreachable, slow: the request meets that itself
-            self._limits[project] = (self._now() + OPEN_S, {})
+        except CharonError:  # unreachable, slow: the request meets that itself, unchecked (OPEN_S)
+            now = self._now()
+            self._limits[project] = (now + OPEN_S, {})
+            for bucket in RATE_OF:
+                self._leases[(project, bucket)] = _Lease(OPEN, now + OPEN_S)
             return {}
         self._limits[project] = (self._now() + self._cache_seconds, overrides)
         return overrides
@@ -138,10 +141,12 @@ class RateLimiter:
                 return
             try:
                 grant = await store.take_tokens(project, bucket, want=want, rate=rate, capacity=size)
+            except ServiceBusy:  # the bucket is contended (MongoDB): by the project's own flood, so no token
+                grant = Grant(0, 1000)
             except CharonError:
-                # the store does not answer, is full (a take writes: the reads and deletes that free it must
-                # still pass) or is contended: let the bucket's requests through for OPEN_S, so that those
-                # queued behind this take do not each wait out the store's timeout
+                # the store does not answer or is full (a take writes: the reads and deletes that free it
+                # must still pass): let the bucket's requests through for OPEN_S, so that those queued
+                # behind this take do not each wait out the store's timeout
                 self._leases[key] = _Lease(OPEN, self._now() + OPEN_S)
                 return
             now = self._now()

@@ -26,6 +26,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.errors import MessageUnreadable
 from core.models import Delivery, DeliveryKind, QueueRef
+from core.sealing import UNREADABLE_PUT_OFF_MS
 from storage.mongodb.counters import MARKER_ATTEMPTS, contended, marker_taken, reserve_markers
 from storage.mongodb.queries import Doc, notified
 from storage.mongodb.schema import (
@@ -185,9 +186,11 @@ async def lease(c: Collections, owner: str, *, now: int, lease_ms: int, limit: i
                 assert sub is not None
                 try:
                     out.append(delivery_of(doc, subscription_of(sub)))
-                except MessageUnreadable as e:  # left leased: due again when the lease ends, not holding
-                    # up the others; sent once the key is back
+                except (
+                    MessageUnreadable
+                ) as e:  # put off, not holding up the others; sent once the key is back
                     log.warning("project %s: delivery %s put off: %s", doc[D.PROJECT], doc[D.ID], e)
+                    await finish(c, doc[D.ID], now + UNREADABLE_PUT_OFF_MS, attempted=False)
             else:
                 dropped.append(doc[D.ID])
         if not dropped:

@@ -16,7 +16,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from core.errors import ServiceBusy
-from core.quotas import Bucket, Grant
+from core.quotas import MAX_SKEW_MS, Bucket, Grant
 from storage.mongodb.schema import BUCKET, PROJECT_QUOTA, Collections
 
 TAKE_ATTEMPTS = 50  # reads of a bucket one take may make while other takes win the race
@@ -60,29 +60,32 @@ async def take(
 ) -> Grant:
     path = f"{PROJECT_QUOTA.RATE}.{bucket}"
     tokens_path, at_path = f"{path}.{BUCKET.TOKENS}", f"{path}.{BUCKET.AT}"
-    taken_at = now
     for _ in range(TAKE_ATTEMPTS):
-        now = taken_at
         doc = await c.quotas.find_one({PROJECT_QUOTA.ID: project}, {path: 1})
         held = ((doc or {}).get(PROJECT_QUOTA.RATE) or {}).get(bucket)
+        ahead = 0
         if held is None:
             tokens: float = capacity
+            at = now
             guard: dict[str, Any] = {PROJECT_QUOTA.ID: project, path: {"$exists": False}}
         else:
-            last_tokens, last_at = held[BUCKET.TOKENS], held[BUCKET.AT]
-            tokens = min(capacity, last_tokens + max(0, now - last_at) * rate / 1000)
-            guard = {PROJECT_QUOTA.ID: project, tokens_path: last_tokens, at_path: last_at}
-            now = max(now, last_at)  # a clock behind never moves the last take back (take_tokens.lua)
+            last_tokens, at = held[BUCKET.TOKENS], held[BUCKET.AT]
+            guard = {PROJECT_QUOTA.ID: project, tokens_path: last_tokens, at_path: at}
+            if at > now + MAX_SKEW_MS:  # the clocks of API processes: as take_tokens.lua says
+                at = now
+            tokens = min(capacity, last_tokens + max(0, now - at) * rate / 1000)
+            ahead = max(0, at - now)
+            at = max(now, at)
         granted = min(want, math.floor(tokens))
         left = tokens - granted
         try:
             done = await c.quotas.update_one(
-                guard, {"$set": {tokens_path: left, at_path: now}}, upsert=held is None
+                guard, {"$set": {tokens_path: left, at_path: at}}, upsert=held is None
             )
         except DuplicateKeyError:  # the document exists (with another bucket, or made meanwhile): read again
             continue
         if done.matched_count or done.upserted_id is not None:
-            wait = 0 if granted else math.ceil((1 - left) * 1000 / rate)
+            wait = 0 if granted else ahead + math.ceil((1 - left) * 1000 / rate)
             return Grant(granted, wait)
     raise ServiceBusy(
         f"Project {project}'s request rate was contended by {TAKE_ATTEMPTS} takes at once; try again shortly."

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 
 from core.errors import CharonError, MessageUnreadable, StorageFull
 from core.models import Delivery, Message, MessageId
+from core.sealing import UNREADABLE_PUT_OFF_MS
 from storage.redis.keys import (
     DeliveryField,
     MessageField,
@@ -55,8 +56,10 @@ _INDEX = "."  # a post's delivery hash's id, this, the message's index in it: th
 
 def unreadable(project: str, delivery: str, e: MessageUnreadable) -> None:
     """A delivery whose message's body this process cannot open (its key is missing) is not sent, and does
-    not hold up the others: it stays leased, so it is due again when the lease ends, until the key is back."""
-    log.warning("project %s: delivery %s put off: %s", project, delivery, e)
+    not hold up the others: it is put off (core/sealing.py UNREADABLE_PUT_OFF_MS), until the key is back."""
+    log.warning(
+        "project %s: delivery %s put off for %d s: %s", project, delivery, UNREADABLE_PUT_OFF_MS // 1000, e
+    )
 
 
 def deliveries_of(
@@ -247,8 +250,15 @@ class Outbox:
                 for did, d, s, indexes in reply.leased:
                     try:
                         out.extend(deliveries_of(project, did, d, s, indexes))
-                    except MessageUnreadable as e:  # left leased: due again when the lease ends
+                    except MessageUnreadable as e:
                         unreadable(project, did, e)
+                        await self._scripts.finish_delivery(
+                            ProjectKeys.of(self._ns, project),
+                            delivery_id=did,
+                            retry_at=now + UNREADABLE_PUT_OFF_MS,
+                            attempted=False,
+                            indexes=indexes if _PACKED in d else (),
+                        )
             await self.record({p: r.next_due_ms for p, r in zip(batch, replies, strict=True)})
         if projects:  # not looked at this time: still due, so recorded as due now for the next call
             await self.record(dict.fromkeys(projects, now))

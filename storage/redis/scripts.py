@@ -17,7 +17,7 @@ import orjson
 
 from core.metadata import DeadLetterDefaults, PolicyValue, QueuePolicy, policy_fields
 from core.models import Message, MessageId, MessageStamp, QueueRef, QueueStats, Subscription
-from core.quotas import Grant
+from core.quotas import MAX_SKEW_MS, Grant
 from storage.redis.keys import (
     POLICY_FIELDS,
     DeliveryField,
@@ -439,9 +439,8 @@ class Scripts:
     # -- quotas ---------------------------------------------------------------------------------------
 
     async def take_tokens(self, bucket_key: str, *, now: int, want: int, rate: float, capacity: int) -> Grant:
-        granted, wait_ms = await self._run(
-            self._s["take_tokens"], [bucket_key], [now, want, repr(rate), capacity]
-        )
+        args = [now, want, repr(rate), capacity, MAX_SKEW_MS]
+        granted, wait_ms = await self._run(self._s["take_tokens"], [bucket_key], args)
         return Grant(int(granted), int(wait_ms))
 
     # -- subscriptions and the outbox -----------------------------------------------------------------

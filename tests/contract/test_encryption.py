@@ -181,7 +181,8 @@ async def test_a_notification_whose_key_is_missing_waits_and_holds_up_no_other(
     await post(store, other, "clear body")
     sealing.use(None)  # the key is gone from this process
     assert [d.message.body for d in await drain(store) if d.message] == ["clear body"]
-    sealing.use(keys)  # back: the put-off notification comes when its lease ends
+    clock.advance(LEASE_MS / 1000 + 1)  # put off for longer than a lease: not leased again meanwhile
     assert await drain(store) == []
-    clock.advance(LEASE_MS / 1000 + 1)
+    sealing.use(keys)  # back: the put-off notification comes when it is due again
+    clock.advance(sealing.UNREADABLE_PUT_OFF_MS / 1000)
     assert [d.message.body for d in await drain(store) if d.message] == [BODY]

@@ -79,10 +79,18 @@ async def test_a_rate_taken_before_a_projects_first_queue_leaves_its_metadata_wr
 async def test_a_clock_behind_another_never_moves_the_last_take_back(
     store: Store, clock: ManualClock
 ) -> None:
-    """Two API processes whose clocks disagree by 10 s take in turn: the one behind refills nothing and
-    leaves the last take's time where the one ahead put it, so the next take ahead is not refilled twice."""
-    assert (await store.take_tokens("p", WRITES, want=4, rate=1.0, capacity=4)).granted == 4
-    clock.advance(-10)  # the process behind
-    assert (await store.take_tokens("p", WRITES, want=4, rate=1.0, capacity=4)).granted == 0
-    clock.advance(11)  # the process ahead, 1 s after its take: one token, not 4 (10 s counted twice)
-    assert (await store.take_tokens("p", WRITES, want=4, rate=1.0, capacity=4)).granted == 1
+    """Two API processes whose clocks disagree by 0.5 s take in turn: the one behind refills nothing, leaves
+    the last take's time where the one ahead put it and is told to wait for it too; so the one ahead is
+    not refilled twice for the time between. A last take 10 s ahead is not believed: it cannot stop the
+    refill for 10 s."""
+    assert (await store.take_tokens("p", WRITES, want=4, rate=2.0, capacity=4)).granted == 4
+    clock.advance(-0.5)  # the process behind
+    assert await store.take_tokens("p", WRITES, want=4, rate=2.0, capacity=4) == Grant(0, 500 + 500)
+    clock.advance(1.5)  # the process ahead, 1 s after its take: 2 tokens, not 3 (0.5 s counted twice)
+    assert (await store.take_tokens("p", WRITES, want=4, rate=2.0, capacity=4)).granted == 2
+    clock.advance(10)  # a process 10 s ahead takes the bucket empty
+    assert (await store.take_tokens("p", WRITES, want=4, rate=2.0, capacity=4)).granted == 4
+    clock.advance(-10 + 1)  # back to the others' time, 1 s later: told to wait 0.5 s, not 9.5 s
+    assert await store.take_tokens("p", WRITES, want=4, rate=2.0, capacity=4) == Grant(0, 500)
+    clock.advance(1)
+    assert (await store.take_tokens("p", WRITES, want=4, rate=2.0, capacity=4)).granted == 2
