@@ -110,13 +110,14 @@ class Keyring:
         cipher = self._ciphers.get(kid)
         if cipher is None:
             raise MessageUnreadable(_missing(kid))
-        raw = base64.b64decode(encoded)
         try:
+            raw = base64.b64decode(encoded)
             return cipher.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], kid.encode())
-        except InvalidTag:
+        except (InvalidTag, binascii.Error, ValueError):  # another key's ciphertext, or one cut short
             raise MessageUnreadable(
                 f"A message body sealed with key {kid!r} does not open with the key of that id: the key was "
-                f"changed rather than rotated (rotate by adding a key with a new id to {VARIABLE})."
+                f"changed rather than rotated (rotate by adding a key with a new id to {VARIABLE}), or the "
+                "stored body is damaged."
             ) from None
 
 
@@ -187,9 +188,9 @@ def body_of(stored: str | bytes) -> Any:
 
 
 def open_text(stored: str) -> bytes:
-    """The clear JSON text of a sealed body (body_of without the parse: the dead-letter export's)."""
+    """The clear JSON text of a sealed body (body_of before its parse)."""
     if _keyring is None:
-        raise MessageUnreadable(_missing(stored[1:].partition(".")[0]))
+        raise MessageUnreadable(_missing(key_id(stored)))
     return _keyring.open(stored)
 
 

@@ -80,8 +80,8 @@ class RateLimiter:
 
     async def _read(self, project: str) -> dict[str, float]:
         """The project's overrides from the store, kept `cache_seconds`. When the store cannot say (it does
-        not answer, or is not open yet), none: the defaults apply, and the request goes on to meet the
-        store's failure itself (GET /v2/health must still report it), as no limit is read for 1 s."""
+        not answer, or is not open yet), the project's requests pass unchecked for OPEN_S: each meets the
+        store's failure itself (GET /v2/health must still report it)."""
         if len(self._limits) >= MAX_PROJECTS:
             self._limits.clear()
         store = self._store()
