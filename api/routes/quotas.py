@@ -30,14 +30,14 @@ router = Router(
 Project = Annotated[str, path_value("project")]
 
 
-def _project(request: Request, project: str) -> str:
+def _project(project: str) -> str:
     try:
         return check_project(project)
     except InvalidInput as e:
         raise InvalidInput(str(e).replace("X-Project-ID", "The project in the path")) from None
 
 
-async def _shown(request: Request, project: str, overrides: dict[str, float]) -> dict[str, Any]:
+def _shown(request: Request, project: str, overrides: dict[str, float]) -> dict[str, Any]:
     limiter = state_of(request).auth.limiter
     defaults: dict[str, float | None] = {q.name: None for q in QUOTAS}
     if limiter is not None:
@@ -52,7 +52,7 @@ async def _shown(request: Request, project: str, overrides: dict[str, float]) ->
 
 @router.get("/v2/quotas/{project}", response_model=QuotaOut, summary="Get a project's quotas (EXT)")
 async def get_quotas(request: Request, project: Project) -> Response:
-    project = _project(request, project)
+    project = _project(project)
     caller = identity_of(request).project
     if project != caller and not may(request, READ_ANY):
         raise PolicyDenied(
@@ -61,7 +61,7 @@ async def get_quotas(request: Request, project: Project) -> Response:
             READ_ANY,
         )
     overrides = await state_of(request).store.get_quota(project)
-    return json_response(await _shown(request, project, overrides))
+    return json_response(_shown(request, project, overrides))
 
 
 @router.put(
@@ -71,7 +71,7 @@ async def get_quotas(request: Request, project: Project) -> Response:
     openapi_extra=json_body(QuotaIn, required=True),
 )
 async def put_quotas(request: Request, project: Project) -> Response:
-    project = _project(request, project)
+    project = _project(project)
     raw = await read_object(request, max_size=QUOTA_BODY_LIMIT, what="The quotas")
     body = validate_body(QuotaIn, raw)
     if not body.model_fields_set:
@@ -82,7 +82,7 @@ async def put_quotas(request: Request, project: Project) -> Response:
     )
     if state.auth.limiter is not None:
         state.auth.limiter.forget(project)
-    return json_response(await _shown(request, project, overrides))
+    return json_response(_shown(request, project, overrides))
 
 
 @router.delete(
@@ -91,7 +91,7 @@ async def put_quotas(request: Request, project: Project) -> Response:
     summary="Remove a project's quotas: the defaults again (EXT; admin)",
 )
 async def delete_quotas(request: Request, project: Project) -> Response:
-    project = _project(request, project)
+    project = _project(project)
     state = state_of(request)
     await state.store.delete_quota(project)
     if state.auth.limiter is not None:
