@@ -46,8 +46,9 @@ STATUS_TEXT = {
     "X-Auth-Token; trusted-proxy: the gateway did not confirm the caller). WWW-Authenticate: Keystone "
     "uri=... says where to get a token.",
     403: "Not allowed: the operation's policy rule refused the caller (`rule` names it), a pre-signed URL "
-    "that does not allow this request, a token of another project than X-Project-ID, or a claim that does "
-    "not hold the message.",
+    "that does not allow this request, a token of another project than X-Project-ID, a claim that does "
+    "not hold the message, or a change past a counted quota (`quota` names it: `queues` for a new queue, "
+    "`messages_per_queue` for a post, which then did nothing; docs/quotas.md).",
     404: "No such message, claim, task, pool or flavor.",
     409: "Conflict: the description says with what.",
     413: "The body is larger than the limit the description names.",

@@ -329,7 +329,8 @@ class ConfirmIn(_In):
 # PUT /v2/quotas/{project}: a field a quota (core/quotas.py QUOTAS), null to go back to the default
 _QUOTA_FIELDS: dict[str, Any] = {
     q.name: (
-        Annotated[float, Field(strict=True)] | None,  # a number: not true, not "5"
+        # a number (a whole one for a counted quota): not true, not "5", not 2.5 queues
+        Annotated[int if q.counted else float, Field(strict=True)] | None,
         Field(None, ge=q.lo, le=q.hi, description=f"{q.description} In {q.unit}; null: the default."),
     )
     for q in QUOTAS
@@ -345,6 +346,11 @@ class QuotaOut(BaseModel):
     )
     overrides: dict[str, float] = Field(description="The project's own values, set by an admin.")
     defaults: dict[str, float | None] = Field(description="The service's defaults (CHARON_QUOTAS__*).")
+    use: dict[str, int] | None = Field(
+        None,
+        description="GET only: what the project holds of its counted quotas, `queues`; a queue's messages "
+        "are in its stats (`messages_per_queue` applies to each).",
+    )
 
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
@@ -576,6 +582,11 @@ class RedrivePreviewOut(BaseModel):
 class ErrorOut(BaseModel):
     title: str
     description: str
+    rule: str | None = Field(None, description="403 from the policy: the rule that refused the caller.")
+    quota: str | None = Field(
+        None,
+        description="403 past a counted quota (docs/quotas.md): its name, `queues` or `messages_per_queue`.",
+    )
 
 
 class NotDeletedItem(BaseModel):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # annotations only: the modules that read the state import th
     from core.clock import Clock
     from core.limits import Limits
     from core.metadata import DeadLetterDefaults
+    from core.quotas import Counted
     from service.delivery import Deliverer, NotificationSettings
     from service.gauges import StoreGauges
     from service.notifier import Notifier
@@ -46,6 +47,7 @@ class AppState:
     clock: Clock
     limits: Limits
     defaults: DeadLetterDefaults  # CHARON_DEFAULT_MAX_CLAIM_COUNT, CHARON_DEAD_LETTER_QUEUE_TEMPLATE
+    quotas: Counted  # CHARON_QUOTAS__QUEUES, __MESSAGES_PER_QUEUE (shown; the driver enforces its own)
     provenance: bool  # CHARON_PROVENANCE: the default of ?provenance=
     checksum: bool  # CHARON_ENABLE_CHECKSUM: each message read shows Zaqar's `checksum`
     cors_origins: tuple[str, ...]  # CHARON_CORS__ALLOWED_ORIGIN: pages that may open a websocket too

@@ -177,9 +177,17 @@ def open_configured_store(settings: Settings, clock: Clock) -> tuple[Store, Embe
             defaults=defaults,
             timeout=timeout,
             management=management,
+            quotas=settings.quotas.counted(),
         )
         return pooled, embedded
-    opened = open_store(uri, namespace=settings.namespace, clock=clock, defaults=defaults, timeout=timeout)
+    opened = open_store(
+        uri,
+        namespace=settings.namespace,
+        clock=clock,
+        defaults=defaults,
+        timeout=timeout,
+        quotas=settings.quotas.counted(),
+    )
     return opened, embedded
 
 
@@ -293,6 +301,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         clock=clock,
         limits=limits,
         defaults=settings.dead_letter_defaults(),
+        quotas=settings.quotas.counted(),
         provenance=settings.provenance,
         checksum=settings.enable_checksum,
         cors_origins=tuple(settings.cors.allowed_origin),
@@ -319,6 +328,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
             max_read=settings.metrics.max_queues_read,
             cache_seconds=settings.metrics.cache_seconds,
             sweeping=settings.sweep_interval > 0,
+            quotas=settings.quotas.counted(),
         ),
         access_log=AccessLog(text=settings.log_format == "text") if settings.access_log else None,
     )

@@ -35,6 +35,7 @@ from api.keystone import KeystoneSettings
 from app.http import HttpSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
+from core.quotas import MAX_COUNT, Counted
 from core.sealing import Keyring
 from service.delivery import NotificationSettings
 from storage.base import DEFAULT_TIMEOUT_S
@@ -108,6 +109,21 @@ class QuotaSettings(BaseModel):
         "DELETE), over every API process; past it, 429 with Retry-After. Unset: no limit, but for projects "
         "an admin gave one.",
     )
+    queues: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_COUNT,
+        description="Queues each project may have; creating one more answers 403. Unset: no limit, but for "
+        "projects an admin gave one.",
+    )
+    messages_per_queue: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_COUNT,
+        description="Messages each queue may hold (expired ones not); a post that would pass it answers 403 "
+        "and stores nothing, a dead-letter move into a full DLQ discards and counts. Unset: no limit, but "
+        "for projects an admin gave one.",
+    )
     burst_seconds: float = Field(
         2.0,
         ge=0.01,
@@ -123,6 +139,10 @@ class QuotaSettings(BaseModel):
         "change by PUT /v2/quotas/{project} takes effect everywhere within it (at once in the process that "
         "made it).",
     )
+
+    def counted(self) -> Counted:
+        """The counted quotas' defaults, as the drivers take them."""
+        return Counted(queues=self.queues, messages_per_queue=self.messages_per_queue)
 
 
 class EncryptionSettings(BaseModel):

@@ -100,6 +100,21 @@ class PolicyDenied(NotAuthorized):
         return {"rule": self.rule}
 
 
+class QuotaExceeded(NotAuthorized):
+    """A change would take the project or a queue past a counted quota (core/quotas.py); nothing was done.
+    `quota` names it."""
+
+    title = "Quota exceeded"
+
+    def __init__(self, message: str, quota: str = "") -> None:
+        super().__init__(message)
+        self.quota = quota
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return {"quota": self.quota}
+
+
 class ClaimMismatch(NotAuthorized):
     pass
 

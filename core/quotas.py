@@ -7,6 +7,11 @@ field a row); a project's overrides are stored by the driver (storage/base.py Qu
 defaults. The API's body model, which validates an override (api/schemas.py QuotaIn), is derived from the
 rows; tests/api/test_quotas.py holds the settings' fields to them.
 
+Counted quotas (`queues`, `messages_per_queue`) bound what a project keeps in the store. They are counted
+by the driver in the same atomic step that would cross them, from what the store holds (Redis: the project's
+queue index and a queue's expiry index; MongoDB: an index count in a transaction), so there is no counter to
+drift. The driver reads a project's overrides itself and gets the defaults at construction (Counted).
+
 Rates: each project has two token buckets, `reads` (GET and HEAD) and `writes` (every other method), each
 refilled at its rate a second up to `burst_seconds` of it (at least 1 token). The bucket lives in the store,
 so every API process draws from the same one (service/ratelimit.py leases a few tokens at a time).
@@ -15,14 +20,18 @@ so every API process draws from the same one (service/ratelimit.py leases a few 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
+
+from core.errors import QuotaExceeded
 
 Bucket = Literal["reads", "writes"]
 READS: Bucket = "reads"
 WRITES: Bucket = "writes"
 READ_METHODS = frozenset({"GET", "HEAD"})
 MAX_RATE = 1_000_000.0  # requests a second
+MAX_COUNT = 1_000_000_000  # the largest counted quota (queues, messages)
 # How far apart the API processes' clocks may be for a bucket to believe a last take in its future (then it
 # is kept, so the time between is not refilled twice); one further ahead is replaced by the taker's now.
 MAX_SKEW_MS = 1000
@@ -38,6 +47,7 @@ class Quota:
     hi: float
     unit: str
     bucket: Bucket | None = None  # a rate: the token bucket it refills
+    counted: bool = False  # a whole number of things the store holds, checked by the driver (Counted)
 
 
 QUOTAS: tuple[Quota, ...] = (
@@ -59,8 +69,32 @@ QUOTAS: tuple[Quota, ...] = (
         "requests a second",
         WRITES,
     ),
+    Quota(
+        "queues",
+        "Queues the project may have. Creating one more (PUT, or the first post or subscription to a new "
+        "name) answers 403. A dead-letter move or a redrive that creates its destination is never refused, "
+        "and that queue counts.",
+        0,
+        MAX_COUNT,
+        "queues",
+        counted=True,
+    ),
+    Quota(
+        "messages_per_queue",
+        "Messages each queue of the project may hold (claimed, delayed and dead letters included; expired "
+        "ones not). A post that would pass it answers 403 and stores none of its messages. A dead-letter "
+        "move into a full DLQ discards the message and counts it in the source's `discarded`; a redrive "
+        "into a full queue skips the message, which stays in the DLQ.",
+        0,
+        MAX_COUNT,
+        "messages",
+        counted=True,
+    ),
 )
 QUOTA = {q.name: q for q in QUOTAS}
+QUEUES = "queues"
+MESSAGES_PER_QUEUE = "messages_per_queue"
+COUNTED = tuple(q.name for q in QUOTAS if q.counted)
 RATE_OF: dict[Bucket, str] = {q.bucket: q.name for q in QUOTAS if q.bucket is not None}
 
 
@@ -79,3 +113,36 @@ class Grant:
 
     granted: int
     wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """The service's defaults of the counted quotas (None: no limit, but for projects an admin gave one),
+    given to a driver when it is made; a project's overrides, which the driver reads itself, win."""
+
+    queues: int | None = None
+    messages_per_queue: int | None = None
+
+    def of(self, overrides: Mapping[str, float]) -> dict[str, int | None]:
+        """The project's counted quotas: its overrides over these defaults."""
+        out: dict[str, int | None] = {}
+        for name in COUNTED:
+            value = overrides.get(name, getattr(self, name))
+            out[name] = None if value is None else int(value)
+        return out
+
+
+def exceeded(name: str, *, use: int, adding: int, limit: int, where: str) -> QuotaExceeded:
+    """The refusal of a change that would take `where` (the project, or a queue of it) past quota `name`."""
+    quota = QUOTA[name]
+    return QuotaExceeded(
+        f"{where} holds {use} {quota.unit} and this would add {adding}; its quota {name!r} is {limit}. "
+        f"Remove some first, or ask an administrator to raise the quota (PUT /v2/quotas/{{project}}).",
+        name,
+    )
+
+
+def exceeded_reply(reply: str) -> QuotaExceeded:
+    """exceeded() from a driver's terse refusal "name use adding limit where" (a Lua script's error)."""
+    name, use, adding, limit, where = reply.split(" ", 4)
+    return exceeded(name, use=int(use), adding=int(adding), limit=int(limit), where=where)

@@ -102,6 +102,9 @@ class QueueStore(Protocol):
     ) -> Page[QueueInfo]:
         """Queues of `project` in name order after `marker`; metadata only when `detailed`."""
 
+    async def count_queues(self, project: str) -> int:
+        """How many queues `project` has (its use of the `queues` quota)."""
+
     async def delete_queue(self, q: QueueRef) -> None:
         """Delete the queue and its messages. Deleting a missing queue is not an error."""
 

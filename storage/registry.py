@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from core.clock import Clock
 from core.errors import InvalidInput
 from core.metadata import DeadLetterDefaults
+from core.quotas import Counted
 from storage.base import DEFAULT_TIMEOUT_S, Store
 
 if TYPE_CHECKING:
@@ -26,17 +27,23 @@ def open_store(
     clock: Clock | None = None,
     defaults: DeadLetterDefaults | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    quotas: Counted | None = None,
 ) -> Store:
-    """The driver for `uri`; `timeout`: seconds a storage operation may take before it fails (503)."""
+    """The driver for `uri`; `timeout`: seconds a storage operation may take before it fails (503);
+    `quotas`: the counted quotas' defaults (core/quotas.py)."""
     scheme = urlsplit(uri).scheme
     if scheme in REDIS_SCHEMES:
         from storage.redis.store import RedisStore
 
-        return RedisStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout)
+        return RedisStore.from_url(
+            uri, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout, quotas=quotas
+        )
     if scheme in MONGODB_SCHEMES:
         from storage.mongodb.store import MongoStore
 
-        return MongoStore.from_url(uri, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout)
+        return MongoStore.from_url(
+            uri, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout, quotas=quotas
+        )
     raise InvalidInput(unsupported_scheme(scheme))
 
 

@@ -18,7 +18,7 @@ from api.schemas import ErrorOut, QuotaIn, QuotaOut, json_body
 from api.state import state_of
 from core.errors import InvalidInput, PolicyDenied
 from core.limits import check_project
-from core.quotas import QUOTAS, RATE_OF
+from core.quotas import QUEUES, QUOTA, QUOTAS, RATE_OF
 
 QUOTA_BODY_LIMIT = 4096
 READ_ANY = "quotas:get_any"
@@ -38,10 +38,13 @@ def _project(project: str) -> str:
 
 
 def _shown(request: Request, project: str, overrides: dict[str, float]) -> dict[str, Any]:
-    limiter = state_of(request).auth.limiter
+    state = state_of(request)
+    limiter = state.auth.limiter
     defaults: dict[str, float | None] = {q.name: None for q in QUOTAS}
     if limiter is not None:
         defaults.update({RATE_OF[b]: rate for b, rate in limiter.defaults.items()})
+    defaults.update(state.quotas.of({}))
+    overrides = {k: int(v) if QUOTA[k].counted else v for k, v in overrides.items() if k in QUOTA}
     return {
         "project": project,
         "quotas": {name: overrides.get(name, default) for name, default in defaults.items()},
@@ -60,8 +63,11 @@ async def get_quotas(request: Request, project: Project) -> Response:
             "own; it may read its own.",
             READ_ANY,
         )
-    overrides = await state_of(request).store.get_quota(project)
-    return json_response(_shown(request, project, overrides))
+    store = state_of(request).store
+    overrides = await store.get_quota(project)
+    shown = _shown(request, project, overrides)
+    shown["use"] = {QUEUES: await store.count_queues(project)}
+    return json_response(shown)
 
 
 @router.put(

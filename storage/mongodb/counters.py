@@ -1,4 +1,5 @@
-"""Per-queue bookkeeping that posts and moves do without transactions: lazy queue creation, markers, counters.
+"""Per-queue bookkeeping that posts and moves do without transactions: lazy queue creation, markers, counters;
+and the counted quotas' checks, which do need one (below).
 
 No multi-document transaction runs on these hot paths. On MongoDB a transaction whose client dies stays open
 (holding its write locks) until `transactionLifetimeLimitSeconds`, 60 s by default: a crashed API process
@@ -20,33 +21,50 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pymongo import ReturnDocument
+from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from core.errors import OutcomeUnknown, StorageUnavailable
 from core.models import MessageStamp, QueueRef, QueueStats
+from core.quotas import MESSAGES_PER_QUEUE, QUEUES, exceeded
+from storage.mongodb import quotas
 from storage.mongodb.errors import after_commit
 from storage.mongodb.queries import Doc
 from storage.mongodb.schema import (
     COUNTER,
+    EXPIRY_INDEX,
     MARKER_INDEX,
     MESSAGE,
+    PROJECT_QUOTA,
     QUEUE,
     Collections,
     counter_key,
     new_queue,
     queue_key,
 )
+from storage.mongodb.transactions import in_transaction
 
 MARKER_ATTEMPTS = 1000  # give up (503) only under contention no real load produces
 DUPLICATE_KEY = 11000
 
 
-async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
+async def ensure_queue(c: Collections, q: QueueRef, now: int, *, max_queues: int | None = None) -> Doc:
     """The queue's document (its policy, and whether it has subscriptions), created (empty metadata) when
-    absent, as a post or a move into a DLQ does."""
+    absent, as a post or a move into a DLQ does. With `max_queues` (the project's `queues` quota, for a
+    creation a caller asked for), the creation is refused (QuotaExceeded) when the project has that many."""
     doc = await c.queues.find_one(queue_key(q), {QUEUE.POLICY: 1, QUEUE.SUBSCRIPTIONS: 1})
     if doc is not None:
         return doc
+    if max_queues is not None:
+
+        async def create(s: AsyncClientSession) -> None:
+            if await c.queues.find_one(queue_key(q), {QUEUE.ID: 1}, session=s) is None:
+                await take_queue_slot(c, q, max_queues, s)
+                await c.queues.insert_one({**queue_key(q), **new_queue(now)}, session=s)
+
+        with contextlib.suppress(DuplicateKeyError):  # created concurrently
+            await in_transaction(c, create)
+        return {QUEUE.POLICY: {}}
     with contextlib.suppress(DuplicateKeyError):  # created concurrently
         await c.queues.update_one(
             queue_key(q),
@@ -54,6 +72,59 @@ async def ensure_queue(c: Collections, q: QueueRef, now: int) -> Doc:
             upsert=True,
         )
     return {QUEUE.POLICY: {}}
+
+
+# Counted quotas (core/quotas.py), counted from what the store holds, in a transaction that first writes one
+# document every counted change of the same scope writes too (the project's `quotas` document for queues, the
+# queue's document for its messages): two such transactions conflict, and the one retried counts again, so
+# racing writers never pass the quota together.
+
+
+async def take_queue_slot(c: Collections, q: QueueRef, limit: int, session: AsyncClientSession) -> None:
+    """In the transaction that creates `q`: QuotaExceeded when its project has `limit` queues already."""
+    await c.quotas.update_one(
+        {PROJECT_QUOTA.ID: q.project}, {"$inc": {PROJECT_QUOTA.CREATIONS: 1}}, upsert=True, session=session
+    )
+    n = await c.queues.count_documents({QUEUE.PROJECT: q.project}, session=session)
+    if n >= limit:
+        raise exceeded(QUEUES, use=n, adding=1, limit=limit, where="This project")
+
+
+async def live_messages(
+    c: Collections, q: QueueRef, now: int, session: AsyncClientSession | None = None
+) -> int:
+    """The queue's messages, less the expired ones the sweeper has not deleted yet (found by the expiry
+    index: few)."""
+    of_queue = {MESSAGE.PROJECT: q.project, MESSAGE.QUEUE: q.name}
+    total = await c.messages.count_documents(of_queue, session=session)
+    expired = (
+        await c.messages.find(
+            {**of_queue, MESSAGE.EXPIRES: {"$lte": now}},
+            {MESSAGE.ID: 1},
+            session=session,
+        )
+        .hint(EXPIRY_INDEX)
+        .to_list()
+    )
+    return total - len(expired)
+
+
+async def take_message_room(
+    c: Collections, q: QueueRef, adding: int, limit: int, now: int, session: AsyncClientSession
+) -> None:
+    """In the transaction of a post of `adding` messages to `q`: QuotaExceeded when they would take it past
+    `limit` (the queue's document is written first: see above)."""
+    await c.queues.update_one(queue_key(q), {"$inc": {QUEUE.COUNTED_POSTS: 1}}, session=session)
+    n = await live_messages(c, q, now, session)
+    if n + adding > limit:
+        raise exceeded(MESSAGES_PER_QUEUE, use=n, adding=adding, limit=limit, where=f"Queue {q.name!r}")
+
+
+async def message_room(c: Collections, q: QueueRef, now: int) -> int | None:
+    """How many more messages `q` takes under its `messages_per_queue` quota (None: no limit), for a move
+    into it (not in a transaction: moves made at the same moment may pass the quota by as many)."""
+    limit = (await quotas.counted(c, q.project))[MESSAGES_PER_QUEUE]
+    return None if limit is None else max(0, limit - await live_messages(c, q, now))
 
 
 async def count(c: Collections, q: QueueRef, counts: Mapping[str, int]) -> None:
@@ -119,12 +190,19 @@ async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> N
 async def reserve_markers(c: Collections, q: QueueRef, n: int) -> int:
     """Take the next `n` markers of `q` for one writer alone (the counter goes past them first); returns the
     first. For a write inside a transaction, which must not meet another writer's marker: a reader paging
-    by marker may pass these before that transaction commits (a wider form of the gap above)."""
-    doc = await c.counters.find_one_and_update(
-        counter_key(q), {"$inc": {COUNTER.SEQ: n}}, upsert=True, return_document=ReturnDocument.AFTER
-    )
-    assert doc is not None  # an upsert returning the document after it
-    return int(doc[COUNTER.SEQ]) - n + 1
+    by marker may pass these before that transaction commits (a wider form of the gap above). Writers
+    racing to make the counter's document: the losers' upsert fails (or, on some servers, answers nothing)
+    and they take their markers from the document the winner made."""
+    for _ in range(MARKER_ATTEMPTS):
+        try:
+            doc = await c.counters.find_one_and_update(
+                counter_key(q), {"$inc": {COUNTER.SEQ: n}}, upsert=True, return_document=ReturnDocument.AFTER
+            )
+        except DuplicateKeyError:
+            continue
+        if doc is not None:
+            return int(doc[COUNTER.SEQ]) - n + 1
+    raise contended(q)
 
 
 async def move_with_markers(c: Collections, target: QueueRef, writes: Sequence[tuple[Doc, Doc]]) -> int:

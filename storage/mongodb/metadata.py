@@ -13,6 +13,7 @@ from pymongo.errors import DuplicateKeyError
 from core.errors import MetadataChanged
 from core.metadata import QueuePolicy
 from core.models import QueueRef
+from storage.mongodb.counters import take_queue_slot
 from storage.mongodb.schema import PROJECT, QUEUE, Collections, policy_doc, queue_key
 
 STALE = "The queue metadata of this project changed meanwhile; read it again."
@@ -48,8 +49,15 @@ async def write_metadata(
     *,
     now: int,
     session: AsyncClientSession,
+    max_queues: int | None = None,
 ) -> None:
-    """Replace the queue's metadata and policy, creating the queue, if the project is at that version."""
+    """Replace the queue's metadata and policy, creating the queue, if the project is at that version (and,
+    for a new queue, has fewer than `max_queues`, its `queues` quota)."""
+    if (
+        max_queues is not None
+        and await c.queues.find_one(queue_key(q), {QUEUE.ID: 1}, session=session) is None
+    ):
+        await take_queue_slot(c, q, max_queues, session)
     await bump_version(c, q.project, expected_version, session)
     await c.queues.update_one(
         queue_key(q),

@@ -17,7 +17,7 @@ from typing import Any
 
 from core.metadata import QueuePolicy
 from core.models import DeadLetterReason, QueueRef, Rejection
-from storage.mongodb.counters import count, ensure_queue, move_with_markers
+from storage.mongodb.counters import count, ensure_queue, message_room, move_with_markers
 from storage.mongodb.outbox import move_notifying, subscribers
 from storage.mongodb.queries import Doc, lapsed
 from storage.mongodb.schema import COUNTER, MOVED_OUT, UNCLAIMED, Collections, by_reason, gc_at
@@ -50,7 +50,7 @@ async def dead_letter(
     """
     if not moves:
         return 0, 0
-    dropped = [(d, g) for d, g in moves if policy.dead_letter_queue is None or d.get(M.NOT_ELIGIBLE)]
+    moves, dropped = await _partition(c, src, policy, moves, now)
     discarded = 0
     for doc, guard in dropped:
         match = {M.ID: doc[M.ID], M.PROJECT: src.project, M.QUEUE: src.name, **guard}
@@ -106,6 +106,21 @@ async def dead_letter(
         await count(c, src, {COUNTER.DEAD_LETTERED: moved, by_reason(reason): moved})
         await count(c, target, {COUNTER.RECEIVED: moved})
     return moved, discarded
+
+
+async def _partition(
+    c: Collections, src: QueueRef, policy: QueuePolicy, moves: Moves, now: int
+) -> tuple[Moves, Moves]:
+    """The moves that go to the DLQ, and those discarded: all without a DLQ, the ineligible, and what does
+    not fit in a DLQ at its `messages_per_queue` quota (as having none: a move may not fail)."""
+    if policy.dead_letter_queue is None:
+        return [], moves
+    eligible = [(d, g) for d, g in moves if not d.get(M.NOT_ELIGIBLE)]
+    dropped = [(d, g) for d, g in moves if d.get(M.NOT_ELIGIBLE)]
+    room = await message_room(c, QueueRef(src.project, policy.dead_letter_queue), now)
+    if room is not None and len(eligible) > room:
+        return eligible[:room], [*dropped, *eligible[room:]]
+    return eligible, dropped
 
 
 async def housekeep(c: Collections, q: QueueRef, now: int, policy: QueuePolicy | None = None) -> int:

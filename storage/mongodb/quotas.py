@@ -27,6 +27,11 @@ async def get(c: Collections, project: str) -> dict[str, float]:
     return {k: float(v) for k, v in ((doc or {}).get(PROJECT_QUOTA.QUOTA) or {}).items()}
 
 
+async def counted(c: Collections, project: str) -> dict[str, int | None]:
+    """The project's counted quotas (core/quotas.py): its overrides over the driver's defaults."""
+    return c.counted.of(await get(c, project))
+
+
 async def put(c: Collections, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
     update: dict[str, Any] = {}
     setting = {f"{PROJECT_QUOTA.QUOTA}.{k}": v for k, v in overrides.items() if v is not None}

@@ -17,7 +17,9 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             sweeper run; the sweeper deletes expired messages well before it)
   queues    p, n (name), meta (JSON text, so any key is allowed), pol (the reserved keys parsed: core's
             policy fields, the backoff's in bo {d m x j l}; PolicyFields), cr, subs (how many subscription
-            documents the queue has: absent or 0 lets a post or a move into it skip the outbox). Written by
+            documents the queue has: absent or 0 lets a post or a move into it skip the outbox), cp (bumped
+            by each post counted against a `messages_per_queue` quota, in its transaction: counters.py).
+            Written by
             metadata writes (in transactions), lazy creation, and every subscription write (in its
             transaction).
   counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_rsn {max_claims, expired,
@@ -27,7 +29,8 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             deleted with their queue (a claim does not outlive its queue, as in Zaqar)
   projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
   quotas    _id (project), quota (the project's quota overrides, by quota name: core/quotas.py), rate {reads,
-            writes} (its request-rate token buckets: tk tokens left, at ms of the last take; quotas.py)
+            writes} (its request-rate token buckets: tk tokens left, at ms of the last take; quotas.py), qc
+            (bumped by each queue creation counted against a `queues` quota, in its transaction: counters.py)
   leases    _id (lease name), owner, until (ms)
   tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
             owner, lease (ms)
@@ -78,7 +81,7 @@ from core.models import (
     SubscriptionId,
     provenance_reader,
 )
-from core.quotas import QUOTAS, READS, WRITES
+from core.quotas import QUOTAS, READS, WRITES, Counted
 from core.sealing import body_of
 
 GC_SLACK_MS = 300_000  # the TTL index drops a document this long after its logical end (memory only)
@@ -169,6 +172,7 @@ class QueueFields:
     POLICY: str = "pol"  # PolicyFields, read with policy_of()
     CREATED: str = "cr"
     SUBSCRIPTIONS: str = "subs"  # how many subscription documents the queue has
+    COUNTED_POSTS: str = "cp"  # bumped by each post under a messages_per_queue quota (counters.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +244,7 @@ class ProjectQuotaFields:
     ID: str = "_id"  # the project
     QUOTA: str = "quota"  # QuotaFields: the project's quota overrides
     RATE: str = "rate"  # RateFields: its request-rate token buckets
+    CREATIONS: str = "qc"  # bumped by each queue creation under a `queues` quota (counters.py)
 
 
 # The sub-document `quota` of a project: an override a quota, under the quota's name (core's, as a policy
@@ -389,10 +394,15 @@ class Collections:
     deliveries: AsyncCollection[dict[str, Any]]
     quotas: AsyncCollection[dict[str, Any]]
     defaults: DeadLetterDefaults = field(default_factory=DeadLetterDefaults)
+    counted: Counted = field(default_factory=Counted)  # the counted quotas' defaults (core/quotas.py)
 
     @classmethod
     def of(
-        cls, db: AsyncDatabase[dict[str, Any]], namespace: str, defaults: DeadLetterDefaults | None = None
+        cls,
+        db: AsyncDatabase[dict[str, Any]],
+        namespace: str,
+        defaults: DeadLetterDefaults | None = None,
+        counted: Counted | None = None,
     ) -> Collections:
         return cls(
             messages=db[Collection.MESSAGES.of(namespace)],
@@ -407,6 +417,7 @@ class Collections:
             deliveries=db[Collection.DELIVERIES.of(namespace)],
             quotas=db[Collection.QUOTAS.of(namespace)],
             defaults=defaults or DeadLetterDefaults(),
+            counted=counted or Counted(),
         )
 
     async def ensure_indexes(self) -> None:

@@ -62,7 +62,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from core.quotas import Bucket, Grant
+from core.quotas import MESSAGES_PER_QUEUE, QUEUES, Bucket, Counted, Grant
 from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.mongodb import outbox, quotas, subscriptions
@@ -74,6 +74,7 @@ from storage.mongodb.counters import (
     marker_taken,
     queue_stats,
     reserve_markers,
+    take_message_room,
 )
 from storage.mongodb.errors import after_commit, unavailable_as_domain_error
 from storage.mongodb.metadata import write_metadata
@@ -195,10 +196,11 @@ class MongoStore:
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        quotas: Counted | None = None,
     ):
         self._client = client
         self._timeout = timeout
-        self._c = Collections.of(client[database], namespace, defaults)
+        self._c = Collections.of(client[database], namespace, defaults, quotas)
         self._clock = clock or SystemClock()
         self._indexed = False
         self._ready_lock = asyncio.Lock()
@@ -213,12 +215,19 @@ class MongoStore:
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        quotas: Counted | None = None,
     ) -> MongoStore:
         """The database is the URI's (mongodb://host/<db>), else "charon"; collections are `<namespace>.*`.
         `timeout`: seconds an operation may take in all before it fails with 503."""
         client, database = cls.client_from_url(url, timeout)
         return cls(
-            client, database=database, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout
+            client,
+            database=database,
+            namespace=namespace,
+            clock=clock,
+            defaults=defaults,
+            timeout=timeout,
+            quotas=quotas,
         )
 
     @staticmethod
@@ -269,10 +278,14 @@ class MongoStore:
         policy: QueuePolicy,
         expected_version: int | None = None,
     ) -> bool:
+        limit = (await quotas.counted(self._c, q.project))[QUEUES]
+
         async def create(s: AsyncClientSession) -> bool:
             if await self._c.queues.find_one(queue_key(q), {QUEUE.ID: 1}, session=s):
                 return False  # an existing queue keeps its metadata, as in Zaqar
-            await write_metadata(self._c, q, metadata, policy, expected_version, now=self._now(), session=s)
+            await write_metadata(
+                self._c, q, metadata, policy, expected_version, now=self._now(), session=s, max_queues=limit
+            )
             return True
 
         return await self._transaction(create)
@@ -318,10 +331,18 @@ class MongoStore:
         policy: QueuePolicy,
         expected_version: int | None = None,
     ) -> None:
+        limit = (await quotas.counted(self._c, q.project))[QUEUES]
+
         async def write(s: AsyncClientSession) -> None:
-            await write_metadata(self._c, q, metadata, policy, expected_version, now=self._now(), session=s)
+            await write_metadata(
+                self._c, q, metadata, policy, expected_version, now=self._now(), session=s, max_queues=limit
+            )
 
         await self._transaction(write)
+
+    @_op
+    async def count_queues(self, project: str) -> int:
+        return await self._c.queues.count_documents({QUEUE.PROJECT: project})
 
     @_op
     async def list_queues(
@@ -406,7 +427,8 @@ class MongoStore:
         ids = [MessageId(new_id()) for _ in messages]
 
         # A queue that does not exist yet has no policy, so creating it before the size check is harmless.
-        queue = await ensure_queue(self._c, q, now)
+        counted = await quotas.counted(self._c, q.project)
+        queue = await ensure_queue(self._c, q, now, max_queues=counted[QUEUES])
         policy = policy_of(queue)
         maxpost = policy.max_messages_post_size
         if maxpost is not None and body_size > maxpost:
@@ -443,39 +465,51 @@ class MongoStore:
                 doc[M.NOT_ELIGIBLE] = True
             docs.append(doc)
         owed_to = await subscribers(self._c, q, queue, now)  # reads nothing when the queue has none
-        if idempotency is not None:
-            return await self._post_once(q, docs, idempotency, now, owed_to)
+        limit = counted[MESSAGES_PER_QUEUE]
+        if idempotency is not None or limit is not None:
+            return await self._post_in_transaction(q, docs, idempotency, now, owed_to, limit)
         if owed_to:
             await insert_notifying(self._c, q, docs, owed_to, now=now)
         else:
             await insert_in_order(self._c, q, docs)  # the markers (k) are set here
         return ids
 
-    async def _post_once(
-        self, q: QueueRef, docs: list[Doc], once: Idempotency, now: int, owed_to: list[str]
+    async def _post_in_transaction(
+        self,
+        q: QueueRef,
+        docs: list[Doc],
+        once: Idempotency | None,
+        now: int,
+        owed_to: list[str],
+        limit: int | None,
     ) -> list[MessageId]:
-        """A post with an Idempotency-Key: its messages, the key's record and the notifications it owes in one
-        transaction, at markers reserved for it beforehand (a transaction must not meet another writer's
-        marker; a marker a plain writer took meanwhile only costs a new reservation). A record still in its
-        window answers instead, writing nothing."""
-        key = idempotency_key(q, once.key)
+        """A post with an Idempotency-Key, or to a queue under a `messages_per_queue` quota (`limit`): its
+        messages, the key's record, the quota's count and the notifications it owes in one transaction, at
+        markers reserved for it beforehand (a transaction must not meet another writer's marker; a marker a
+        plain writer took meanwhile only costs a new reservation). A record still in its window answers
+        instead, writing nothing."""
         i = IDEMPOTENCY
 
         async def post(s: AsyncClientSession) -> list[MessageId]:
-            record = await self._c.idempotency.find_one(key, session=s)
-            if record is not None and record[i.UNTIL] > now:
-                if record[i.FINGERPRINT] != once.fingerprint:
-                    raise IdempotencyKeyReused(
-                        "This Idempotency-Key was used for a post of other messages on this queue; use a new "
-                        "key for a new post."
-                    )
-                return [MessageId(mid) for mid in record[i.IDS]]
-            if record is not None:  # its window is over; the TTL index has not dropped it yet
-                await self._c.idempotency.delete_one(key, session=s)
+            if once is not None:
+                key = idempotency_key(q, once.key)
+                record = await self._c.idempotency.find_one(key, session=s)
+                if record is not None and record[i.UNTIL] > now:
+                    if record[i.FINGERPRINT] != once.fingerprint:
+                        raise IdempotencyKeyReused(
+                            "This Idempotency-Key was used for a post of other messages on this queue; use a "
+                            "new key for a new post."
+                        )
+                    return [MessageId(mid) for mid in record[i.IDS]]
+                if record is not None:  # its window is over; the TTL index has not dropped it yet
+                    await self._c.idempotency.delete_one(key, session=s)
+            if limit is not None:
+                await take_message_room(self._c, q, len(docs), limit, now, s)
             await self._c.messages.insert_many(docs, session=s)
-            until = now + once.window_ms
-            fields = {i.FINGERPRINT: once.fingerprint, i.IDS: [d[M.ID] for d in docs], i.UNTIL: until}
-            await self._c.idempotency.insert_one({**key, **fields, i.GC: gc_at(until)}, session=s)
+            if once is not None:
+                until = now + once.window_ms
+                fields = {i.FINGERPRINT: once.fingerprint, i.IDS: [d[M.ID] for d in docs], i.UNTIL: until}
+                await self._c.idempotency.insert_one({**key, **fields, i.GC: gc_at(until)}, session=s)
             await owe(self._c, q, owed_to, docs, now=now, session=s)
             return [MessageId(d[M.ID]) for d in docs]
 

@@ -22,6 +22,8 @@ from pymongo.errors import DuplicateKeyError
 
 from core.errors import Conflict, SubscriptionExists, SubscriptionNotFound
 from core.models import Page, QueueRef, Subscription, SubscriptionId
+from core.quotas import QUEUES
+from storage.mongodb import quotas
 from storage.mongodb.counters import ensure_queue
 from storage.mongodb.outbox import owed
 from storage.mongodb.queries import Doc
@@ -118,7 +120,8 @@ async def create(
         await _recount(c, q, now, s, create=True)
         return subscription_of(doc), True
 
-    await ensure_queue(c, q, now)  # outside the transaction, where a concurrent creation is no error
+    # outside the transaction, where a concurrent creation is no error; refused past the `queues` quota
+    await ensure_queue(c, q, now, max_queues=(await quotas.counted(c, q.project))[QUEUES])
     for _ in range(CREATE_ATTEMPTS - 1):
         with contextlib.suppress(DuplicateKeyError):
             return await in_transaction(c, write)

@@ -53,7 +53,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from core.quotas import Bucket, Grant
+from core.quotas import COUNTED, Bucket, Counted, Grant
 from storage.base import DEFAULT_TIMEOUT_S, QuotaStore, Store, WakeCallback, Wakeups
 from storage.pooling.catalogue import Catalogue, Pool
 from storage.registry import open_store
@@ -85,6 +85,7 @@ class PooledStore:
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         management: Store | None = None,
+        quotas: Counted | None = None,
     ) -> None:
         """`management`: where project-wide records live (quota overrides and request-rate buckets), the store
         on the catalogue's URI; without one (a tool that only moves queues), no project has an override and
@@ -95,6 +96,7 @@ class PooledStore:
         self._namespace = namespace
         self._clock = clock or SystemClock()
         self._defaults = defaults or DeadLetterDefaults()
+        self._quota_defaults = quotas
         self._open: dict[str, _Open] = {}
         self._retired: list[Store] = []
 
@@ -121,6 +123,7 @@ class PooledStore:
             clock=self._clock,
             defaults=self._defaults,
             timeout=self._timeout,
+            quotas=self._quota_defaults,
         )
         if entry is not None:
             self._retired.append(entry.store)  # requests in flight may still use it; closed at aclose()
@@ -251,6 +254,12 @@ class PooledStore:
         placed = await asyncio.gather(*(self.catalogue.lookup(QueueRef(project, i.name)) for i, _ in found))
         infos = [info for (info, pool), where in zip(found, placed, strict=True) if where == pool]
         return Page(items=infos, next_marker=found[-1][0].name if found else None)
+
+    async def count_queues(self, project: str) -> int:
+        """Every pool's count, added up."""
+        return sum(
+            await asyncio.gather(*(store.count_queues(project) for _, store in await self._each_pool()))
+        )
 
     async def delete_queue(self, q: QueueRef) -> None:
         """Delete the queue in its pool, then its placement, unless some queue still names it as DLQ (its
@@ -583,10 +592,19 @@ class PooledStore:
         return {} if self._management is None else await self._management.get_quota(project)
 
     async def set_quota(self, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
-        return await self._quotas().set_quota(project, overrides)
+        """Kept in the management store; the counted ones also in every pool, whose driver counts them
+        against what it holds (a pool registered later gets them at the project's next PUT)."""
+        shown = await self._quotas().set_quota(project, overrides)
+        counted = {name: value for name, value in overrides.items() if name in COUNTED}
+        if counted:
+            for _, pool in await self._each_pool():
+                await pool.set_quota(project, counted)
+        return shown
 
     async def delete_quota(self, project: str) -> None:
         await self._quotas().delete_quota(project)
+        for _, pool in await self._each_pool():
+            await pool.delete_quota(project)
 
     async def take_tokens(
         self, project: str, bucket: Bucket, *, want: int, rate: float, capacity: int

@@ -26,6 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from core import errors
+from core.quotas import exceeded_reply
 
 Keys = Sequence[str | bytes]
 
@@ -46,6 +47,7 @@ _ERRORS: dict[str, type[errors.CharonError]] = {
     "CLUSTERDOWN": errors.StorageUnavailable,
     "TRYAGAIN": errors.StorageUnavailable,
     "CHARON_TOO_LARGE": errors.PayloadTooLarge,
+    "CHARON_QUOTA": errors.QuotaExceeded,
     "CHARON_SEAL": errors.EncryptionRequired,
     "CHARON_NO_CLAIM": errors.ClaimNotFound,
     "CHARON_CLAIMED": errors.ClaimMismatch,
@@ -80,6 +82,8 @@ def domain_error(exc: ResponseError) -> errors.CharonError | None:
     cls = _ERRORS.get(code)
     if cls is None:
         return None
+    if code == "CHARON_QUOTA":
+        return exceeded_reply(description)
     if code.startswith("CHARON_"):
         return cls(description)
     return cls(f"Redis answered {code} {description[:200]}.")

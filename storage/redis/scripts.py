@@ -17,7 +17,7 @@ import orjson
 
 from core.metadata import DeadLetterDefaults, PolicyValue, QueuePolicy, policy_fields
 from core.models import Message, MessageId, MessageStamp, QueueRef, QueueStats, Subscription
-from core.quotas import MAX_SKEW_MS, Grant
+from core.quotas import MAX_SKEW_MS, Counted, Grant
 from storage.redis.keys import (
     POLICY_FIELDS,
     DeliveryField,
@@ -84,11 +84,14 @@ def library() -> str:
     return lib.replace(POLICY_FIELDS_SLOT, "{" + ", ".join(f"'{f}'" for f in POLICY_FIELDS) + "}")
 
 
-def defaults_args(defaults: DeadLetterDefaults) -> list[bytes]:
-    """lib.lua set_defaults' three arguments: max claim count, template prefix, suffix ('' = none)."""
+def defaults_args(defaults: DeadLetterDefaults, quotas: Counted | None = None) -> list[bytes]:
+    """lib.lua set_defaults' five arguments: max claim count, template prefix, suffix, then the counted
+    quotas' defaults: queues, messages per queue ('' = none)."""
     prefix, suffix = defaults.prefix_suffix or ("", "")
     maxcc = "" if defaults.max_claim_count is None else str(defaults.max_claim_count)
-    return [maxcc.encode(), prefix.encode(), suffix.encode()]
+    counted = quotas or Counted()
+    limits = [b"" if v is None else str(v).encode() for v in (counted.queues, counted.messages_per_queue)]
+    return [maxcc.encode(), prefix.encode(), suffix.encode(), *limits]
 
 
 def wrapped(lib: str, body: str) -> str:
@@ -214,14 +217,20 @@ class Scripts:
     """Every script of the driver, typed. `defaults`: the operator's dead-letter defaults, passed to the
     scripts that read a queue's policy (never written into a script's text)."""
 
-    def __init__(self, runner: ScriptRunner, *, defaults: DeadLetterDefaults | None = None) -> None:
+    def __init__(
+        self,
+        runner: ScriptRunner,
+        *,
+        defaults: DeadLetterDefaults | None = None,
+        quotas: Counted | None = None,
+    ) -> None:
         lib = library()
         self._run = runner
         self._s = {
             name: Script(name, wrapped(lib, _source(name)), write=name not in READ_SCRIPTS)
             for name in SCRIPT_NAMES
         }
-        self._defaults = defaults_args(defaults or DeadLetterDefaults())
+        self._defaults = defaults_args(defaults or DeadLetterDefaults(), quotas)
 
     async def _queue(
         self, name: str, t: Target, now: int, args: Sequence[Any], extra_keys: Sequence[str] = ()

@@ -40,7 +40,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from core.quotas import READS, WRITES, Bucket, Grant
+from core.quotas import READS, WRITES, Bucket, Counted, Grant
 from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.redis.keys import (
@@ -121,6 +121,7 @@ class RedisStore:
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         wait_replicas: int = 0,
+        quotas: Counted | None = None,
     ):
         """`wait_replicas`: replicas each write script waits for before it is acknowledged (uri.py)."""
         self._client = client
@@ -129,7 +130,7 @@ class RedisStore:
         self._clock = clock or SystemClock()
         self._timeout = timeout
         self._runner = ScriptRunner(client, timeout=timeout, wait_replicas=wait_replicas)
-        self._scripts = Scripts(self._runner, defaults=defaults)
+        self._scripts = Scripts(self._runner, defaults=defaults, quotas=quotas)
         self._registered: set[str] = set()  # projects this process has put in the sweeper's list
         self._targets: dict[QueueRef, Target] = {}
         self._sealing: dict[QueueRef, float] = {}  # queues found to encrypt, until (monotonic s)
@@ -145,6 +146,7 @@ class RedisStore:
         clock: Clock | None = None,
         defaults: DeadLetterDefaults | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        quotas: Counted | None = None,
     ) -> RedisStore:
         """`redis://`, `rediss://` or `unix://` for one server; `redis+cluster://host:port,host:port,...`
         (or `rediss+cluster://` for TLS) for a Redis Cluster, given any of its nodes; `redis+sentinel://
@@ -154,7 +156,13 @@ class RedisStore:
         waits = wait_replicas(url)
         client = open_client(url, timeout)
         return cls(
-            client, namespace=namespace, clock=clock, defaults=defaults, timeout=timeout, wait_replicas=waits
+            client,
+            namespace=namespace,
+            clock=clock,
+            defaults=defaults,
+            timeout=timeout,
+            wait_replicas=waits,
+            quotas=quotas,
         )
 
     async def _target(self, q: QueueRef) -> Target:
@@ -238,6 +246,10 @@ class RedisStore:
     ) -> None:
         args = policy_args(metadata, policy, expected_version)
         await self._scripts.set_metadata(await self._target(q), now=self._clock.now_ms(), metadata=args)
+
+    async def count_queues(self, project: str) -> int:
+        async with unavailable_as_domain_error():
+            return int(await self._client.zcard(ProjectKeys.of(self._namespace, project).queues))
 
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool

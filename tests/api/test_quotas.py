@@ -67,11 +67,12 @@ async def test_an_admins_override_takes_effect_at_once_and_delete_restores_the_d
     assert await statuses(client, 4) == [201, 201, 201, 429]
     r = await client.put(f"/v2/quotas/{PROJECT}", json={"writes_per_second": 1000}, headers=ADMIN)
     assert r.status_code == 200, r.text
+    unset = {"queues": None, "messages_per_queue": None}
     assert r.json() == {
         "project": PROJECT,
-        "quotas": {"reads_per_second": None, "writes_per_second": 1000.0},
+        "quotas": {"reads_per_second": None, "writes_per_second": 1000.0, **unset},
         "overrides": {"writes_per_second": 1000.0},
-        "defaults": {"reads_per_second": None, "writes_per_second": 1.0},
+        "defaults": {"reads_per_second": None, "writes_per_second": 1.0, **unset},
     }
     assert await statuses(client, 20) == [201] * 20
     r = await client.put(f"/v2/quotas/{PROJECT}", json={"reads_per_second": 0.5}, headers=ADMIN)

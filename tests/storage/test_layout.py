@@ -105,7 +105,8 @@ def test_only_the_layout_helpers_of_lib_lua_build_key_names() -> None:
     script uses comes in KEYS."""
     builders = re.compile(
         r"local function (qkeys|message_key|waiting_key|wake_channel|notify_key|subscriptions_key|"
-        r"subscribers_key|subscription_key|delivery_key|outbox_key|outbox_seq_key|outbox_owed_key)\(.*?\nend\n",
+        r"subscribers_key|subscription_key|delivery_key|outbox_key|outbox_seq_key|outbox_owed_key)\(.*?\nend\n"
+        r"|local function quota_key\(prefix\) return prefix \.\. 'quota' end\n",
         re.S,
     )
     for name, source in _sources().items():
@@ -122,7 +123,7 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         + "return {K.queue, K.msgs, K.ready, K.delayed, K.claimed, K.expiry, K.queues, K.due, "
         + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue), K.notify, K.subs, "
         + "K.subscribers, subscription_key(ARGV[1], ARGV[3]), delivery_key(ARGV[1], '7'), "
-        + "outbox_key(ARGV[1]), outbox_seq_key(ARGV[1]), outbox_owed_key(ARGV[1])}"
+        + "outbox_key(ARGV[1]), outbox_seq_key(ARGV[1]), outbox_owed_key(ARGV[1]), quota_key(ARGV[1])}"
     )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
@@ -144,6 +145,7 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         pk.outbox,
         pk.outbox_seq,
         pk.outbox_owed,
+        pk.quota,
     ]
 
 

@@ -26,12 +26,13 @@ from core.models import (
     Idempotency,
     MessageId,
     NewMessage,
+    QueueRef,
     RedriveSpec,
     Rejection,
     SubscriptionId,
     TaskId,
 )
-from core.quotas import READS, WRITES
+from core.quotas import MESSAGES_PER_QUEUE, READS, WRITES
 from core.sealing import Keyring
 from storage.mongodb import schema
 from storage.mongodb.store import MongoStore
@@ -155,7 +156,7 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _max_message_ttl=7200,
         _enable_encrypt_messages=True,
     )
-    await store.set_quota(Q.project, {"reads_per_second": 1.0, "writes_per_second": 2.0})
+    await store.set_quota(Q.project, {"reads_per_second": 1.0, "writes_per_second": 2.0, "queues": 100})
     for bucket in (READS, WRITES):
         await store.take_tokens(Q.project, bucket, want=1, rate=1.0, capacity=2)
     for q, subscriber in ((Q, "https://a.example/hook"), (DLQ, "mailto:ops@example.com")):
@@ -173,6 +174,9 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         Q, unconfirmed, subscriber="https://b.example", ttl=60, options={}, confirmed=False, max_per_queue=10
     )
     [rejected, *_] = await post(store, Q, "a", "b", "c")
+    # from here on, posts are counted too (set_quota would empty the buckets the takes above filled)
+    counted = {f"{schema.PROJECT_QUOTA.QUOTA}.{MESSAGES_PER_QUEUE}": 100}
+    await store.collections.quotas.update_one({schema.PROJECT_QUOTA.ID: Q.project}, {"$set": counted})
     await post(store, Q, "never a dead letter", eligible=False)
     once = Idempotency(key="post-1", fingerprint="f" * 64, window_ms=60_000)
     await store.post_messages(
@@ -207,6 +211,7 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
     await store.create_redrive(DLQ, signed, RedriveSpec(signature="0" * 16), owner="me", lease_ms=10_000)
     task = await store.redrive_step(DLQ, signed, owner="me", lease_ms=10_000, batch=10)
     assert (task.status, task.moved) == ("succeeded", 0)
+    await post(store, QueueRef(Q.project, "counted"), "a queue made under the quota")
     await post(store, Q, "held", eligible=False)
     clock.advance(5)
     await claim_ids(store, Q)

@@ -323,7 +323,51 @@ local DEFAULTS = {}
 local function set_defaults(argv, first)
   local prefix, suffix = argv[first + 1], argv[first + 2]
   DEFAULTS.maxcc = tonumber(argv[first])
+  -- then the counted quotas' defaults (core.quotas.Counted), taken out of ARGV so that each script's own
+  -- arguments stay where its header says
+  DEFAULTS.queues = tonumber(table.remove(argv, first + 3))
+  DEFAULTS.messages_per_queue = tonumber(table.remove(argv, first + 3))
   if prefix ~= '' or suffix ~= '' then DEFAULTS.prefix, DEFAULTS.suffix = prefix, suffix end
+end
+
+-- Counted quotas (core/quotas.py; their names are core's): the project's override (keys.py
+-- ProjectKeys.quota), else the operator's default (set_defaults), nil for none. Counted from the indexes
+-- themselves: the project's queues (K.queues) and a queue's live messages (K.expiry after now, which holds
+-- every message id: expired ones not yet swept do not count), so no counter can drift.
+local function quota_key(prefix) return prefix .. 'quota' end
+
+local function counted_quota(prefix, name)
+  local v = redis.call('HGET', quota_key(prefix), name)
+  if v then return tonumber(v) end
+  return DEFAULTS[name]
+end
+
+local function live_messages(K, now)
+  return redis.call('ZCOUNT', K.expiry, '(' .. now, '+inf')
+end
+
+-- The refusal of a change past quota `name` (core.quotas.exceeded_reply reads it): `where` holds `use`.
+local function over_quota(name, use, adding, limit, where)
+  return redis.error_reply('CHARON_QUOTA ' .. name .. ' ' .. use .. ' ' .. adding .. ' ' .. limit .. ' ' .. where)
+end
+
+-- Before queue K (`name`) is created by a caller's request (not by a move): its refusal when the project
+-- holds its `queues` quota already, else nil. Scripts call it before they write anything.
+local function queue_refused(prefix, K, name)
+  if redis.call('HEXISTS', K.queue, 'created') == 1 then return nil end
+  local limit = counted_quota(prefix, 'queues')
+  if not limit then return nil end
+  local n = redis.call('ZCARD', K.queues)
+  if n >= limit then return over_quota('queues', n, 1, limit, 'This project') end
+  return nil
+end
+
+-- Room queue K has for messages under its `messages_per_queue` quota (nil: no limit).
+local function message_room(prefix, K, now)
+  local limit = counted_quota(prefix, 'messages_per_queue')
+  if not limit then return nil, nil end
+  local n = live_messages(K, now)
+  return math.max(limit - n, 0), limit
 end
 
 local function is_auto_dlq(name)
@@ -397,6 +441,12 @@ local function dead_letter(prefix, K, name, id, reason, now, pol, rejection, con
     return 0
   end
   local D = qkeys(prefix, pol.dlq)
+  local room = message_room(prefix, D, now)
+  if room == 0 then  -- a full DLQ: as having none (a move may not fail)
+    redis.call('DEL', mk)
+    redis.call('HINCRBY', K.queue, 'n_disc', 1)
+    return 0
+  end
   ensure_queue(D, pol.dlq, now)
   local k = redis.call('HINCRBY', D.queue, 'seq', 1)
   local e = tonumber(f[3])

@@ -7,7 +7,9 @@
 --   notification of each message (lib.lua notify_post), in this script; or error CHARON_TOO_LARGE when body_size
 --   exceeds the queue's _max_messages_post_size; or error CHARON_SEAL when the queue encrypts its messages
 --   (_enable_encrypt_messages, policy field enc) and `sealed` is 0: the bodies are clear, and the driver seals
---   them (core/sealing.py) and posts again. Nothing is stored then.
+--   them (core/sealing.py) and posts again; or error CHARON_QUOTA when the queue is new and the project holds
+--   its `queues` quota, or the messages would take the queue past its `messages_per_queue` (lib.lua counted
+--   quotas). Nothing is stored then.
 --   With an Idempotency-Key's record key (KEYS[9]; the fingerprint given): a record there of the same fingerprint means the post
 --   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
 --   another fingerprint is error CHARON_IDEMPOTENCY; else the post is made and the record written with it,
@@ -37,7 +39,6 @@ end
 if q[5] == '1' and ARGV[11] == '0' then
   return redis.error_reply('CHARON_SEAL This queue encrypts its messages; seal them.')
 end
-ensure_queue(K, name, now)
 local dttl = tonumber(q[2]) or tonumber(ARGV[8])
 local ddelay = tonumber(q[3]) or tonumber(ARGV[9])
 local maxttl = tonumber(q[4])
@@ -53,6 +54,13 @@ while pos <= #packed do
   table.insert(posted, {field(), tonumber(field()), tonumber(field()), field(), field()})
 end
 local n = #posted
+local refused = queue_refused(prefix, K, name)
+if refused then return refused end
+local room, limit = message_room(prefix, K, now)
+if room and n > room then
+  return over_quota('messages_per_queue', limit - room, n, limit, "Queue '" .. name .. "'")
+end
+ensure_queue(K, name, now)
 if n == 0 then return {marks(), 0} end
 -- One call per message (its hash and that hash's expiry); the sets are written once for the whole post.
 local last = redis.call('HINCRBY', K.queue, 'seq', n)

@@ -4,7 +4,8 @@
 --   (the task as it is after the step), or error CHARON_NO_TASK.
 -- One batch of a redrive task, done only while `owner` holds the task and it is running: looks at the next
 -- `batch` messages of the DLQ after the task's cursor (up to its end marker) and moves each one that
--- matches the filters back to the task's destination, or to the queue it was dead-lettered from. Each move
+-- matches the filters back to the task's destination, or to the queue it was dead-lettered from (skipped,
+-- staying here, while that queue is at its `messages_per_queue` quota). Each move
 -- and the task's progress are in this one script, so a task resumed after a crash moves nothing twice and
 -- its counts are exact. A moved message gets a new marker in its destination, no claim, claim count 0, and
 -- its provenance's redrive count goes up by one. Claimed messages, and ones with nowhere to go, are skipped.
@@ -71,13 +72,24 @@ end
 
 local created = tonumber(t[15])
 
+-- Whether destination `to` has room for one more message (its `messages_per_queue` quota), counting the
+-- moves of this step: a message for a full queue is skipped and stays here.
+local rooms = {}
+local function has_room(to)
+  if rooms[to] == nil then rooms[to] = message_room(prefix, qkeys(prefix, to), now) or false end
+  if rooms[to] == false then return true end
+  if rooms[to] <= 0 then return false end
+  rooms[to] = rooms[to] - 1
+  return true
+end
+
 local function step(id)
   scanned = scanned + 1
   local f = redis.call('HMGET', message_key(prefix, id), 'e', 'c', 'ce', 'dsrc', 'drsn', 'dat', 'drc', 'q')
   if f[8] == name and f[1] and tonumber(f[1]) > now and matches(id, f)
      and not (listed and tonumber(f[6]) > created) then
     local to = dest ~= '' and dest or f[4]
-    if (f[2] ~= '' and tonumber(f[3]) > now) or to == name then
+    if (f[2] ~= '' and tonumber(f[3]) > now) or to == name or not has_room(to) then
       skipped = skipped + 1
     else
       redrive(id, to, f)

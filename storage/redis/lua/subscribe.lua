@@ -3,7 +3,8 @@
 --   -> {lib.lua marks(), 1 created / 0 existing, id, field, value, ...}: the subscription as it now is.
 -- Subscriptions are unique by queue and subscriber: a live one of the same subscriber is answered as it is
 -- (and owed its confirmation request again while unconfirmed). A new unconfirmed one is owed its request
--- in this script. Creates the queue lazily. Error CHARON_TOO_MANY when the queue has `max` live ones.
+-- in this script. Creates the queue lazily (error CHARON_QUOTA past the project's `queues` quota). Error
+-- CHARON_TOO_MANY when the queue has `max` live ones.
 local prefix, name, now, K = queue_script()
 local sk, sid, subscriber, ttl = KEYS[9], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local options, confirmed, max = ARGV[10], ARGV[11], tonumber(ARGV[12])
@@ -18,6 +19,8 @@ if redis.call('ZCARD', K.subs) >= max then
   return redis.error_reply('CHARON_TOO_MANY Queue ' .. name .. ' has ' .. max .. ' subscriptions, the most a ' ..
     'queue may have (CHARON_LIMITS__MAX_SUBSCRIPTIONS_PER_QUEUE); delete one first.')
 end
+local refused = queue_refused(prefix, K, name)
+if refused then return refused end
 ensure_queue(K, name, now)
 local e = now + ttl * 1000
 redis.call('HSET', sk, 'q', name, 's', subscriber, 't', ttl, 'o', options, 'cr', now, 'e', e, 'c', confirmed)

@@ -1,0 +1,142 @@
+"""Counted quotas (core/quotas.py `queues`, `messages_per_queue`) on every store: a change that would pass one
+is refused whole (QuotaExceeded, naming the quota and the use) by every path that creates a queue or posts,
+racing writers never pass it together, expired messages do not count, and the moves that may not fail (a
+dead-letter move, a redrive) discard or skip instead, counted."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from core.clock import ManualClock
+from core.errors import QuotaExceeded
+from core.metadata import QueuePolicy
+from core.models import QueueRef, RedriveSpec, SubscriptionId, TaskId
+from storage.base import Store
+from tests.contract.helpers import DLQ, Q, claim_ids, post, set_meta
+
+pytestmark = pytest.mark.every_store
+
+P = Q.project
+
+
+def q(name: str) -> QueueRef:
+    return QueueRef(P, name)
+
+
+async def names(store: Store, project: str = P) -> list[str]:
+    page = await store.list_queues(project, marker=None, limit=100, detailed=False)
+    return sorted(i.name for i in page.items)
+
+
+async def test_no_path_creates_a_queue_past_the_project_quota(store: Store) -> None:
+    await store.set_quota(P, {"queues": 2})
+    assert await store.create_queue(q("a"), metadata={}, policy=QueuePolicy())
+    await post(store, q("b"), "lazily made")
+    with pytest.raises(QuotaExceeded) as refused:
+        await store.create_queue(q("c"), metadata={}, policy=QueuePolicy())
+    assert refused.value.quota == "queues"
+    assert "holds 2 queues" in str(refused.value)
+    assert "'queues' is 2" in str(refused.value)
+    with pytest.raises(QuotaExceeded):
+        await post(store, q("d"), "nowhere to go")
+    with pytest.raises(QuotaExceeded):
+        await set_meta(store, q("e"), _max_claim_count=3)
+    with pytest.raises(QuotaExceeded):
+        await store.create_subscription(
+            q("f"),
+            SubscriptionId(uuid.uuid4().hex),
+            subscriber="http://x.example/",
+            ttl=60,
+            options={},
+            confirmed=True,
+            max_per_queue=9,
+        )
+    assert await names(store) == ["a", "b"]  # none of the refused ones was made
+    assert await store.count_queues(P) == 2
+    await post(store, q("a"), "an existing queue takes posts")
+    await set_meta(store, q("b"), _max_claim_count=3)
+    await post(store, QueueRef("other-project", "x"), "another project has its own count")
+    await store.delete_queue(q("a"))
+    await store.create_queue(q("c"), metadata={}, policy=QueuePolicy())
+    assert await names(store) == ["b", "c"]
+
+
+async def test_creations_racing_to_the_queue_quota_make_exactly_that_many(store: Store) -> None:
+    await store.set_quota(P, {"queues": 3})
+    results = await asyncio.gather(
+        *(post(store, q(f"race-{i}"), i) for i in range(10)), return_exceptions=True
+    )
+    assert [type(r) for r in results if isinstance(r, BaseException)] == [QuotaExceeded] * 7
+    assert len(await names(store)) == 3
+
+
+async def test_a_post_past_the_message_quota_stores_none_of_its_messages(
+    store: Store, clock: ManualClock
+) -> None:
+    await store.set_quota(P, {"messages_per_queue": 5})
+    await post(store, Q, "1", "2", "3")
+    with pytest.raises(QuotaExceeded) as refused:
+        await post(store, Q, "4", "5", "6")
+    assert refused.value.quota == "messages_per_queue"
+    assert "holds 3 messages and this would add 3" in str(refused.value)
+    assert (await store.stats(Q)).total == 3
+    await post(store, Q, "4", "5")
+    with pytest.raises(QuotaExceeded):
+        await post(store, Q, "6")
+    cid, ids = await claim_ids(store, Q, limit=1)
+    await store.delete_message(Q, ids[0], claim_id=cid)  # a removal makes room at once
+    await post(store, Q, "6")
+    await post(store, q("another-queue"), *"12345")  # the quota is each queue's
+    clock.advance(3601)  # all expired: not counted, though the sweeper has not deleted them
+    await post(store, Q, *"abcde")
+    assert (await store.stats(Q)).total == 5
+
+
+async def test_producers_racing_to_the_message_quota_never_pass_it(store: Store) -> None:
+    await store.set_quota(P, {"messages_per_queue": 7})
+    results = await asyncio.gather(*(post(store, Q, i) for i in range(20)), return_exceptions=True)
+    assert [type(r) for r in results if isinstance(r, BaseException)] == [QuotaExceeded] * 13
+    assert (await store.stats(Q)).total == 7
+
+
+async def test_a_full_dlq_discards_the_moves_and_counts_them(store: Store) -> None:
+    await set_meta(store, Q, _max_claim_count=1, _dead_letter_queue=DLQ.name)
+    await post(store, DLQ, "already dead")
+    await store.set_quota(P, {"messages_per_queue": 2})
+    await post(store, Q, "m1", "m2")
+    cid, ids = await claim_ids(store, Q)
+    assert len(ids) == 2
+    await store.release_claim(Q, cid)  # both used their one claim: both go, but the DLQ has room for one
+    assert (await store.stats(DLQ)).total == 2
+    stats = await store.stats(Q)
+    assert (stats.total, stats.dead_lettered, stats.discarded) == (0, 1, 1)
+
+
+async def test_a_redrive_into_a_full_queue_skips_what_does_not_fit(store: Store) -> None:
+    await set_meta(store, Q, _max_claim_count=1, _dead_letter_queue=DLQ.name)
+    ids = await post(store, Q, "r1", "r2", "r3")
+    cid, _ = await claim_ids(store, Q)
+    await store.release_claim(Q, cid)
+    assert (await store.stats(DLQ)).total == 3
+    await store.set_quota(P, {"messages_per_queue": 3})
+    await post(store, Q, "new one")  # the source now has room for two
+    task_id = TaskId(uuid.uuid4().hex)
+    task = await store.create_redrive(DLQ, task_id, RedriveSpec(), owner="o", lease_ms=10_000)
+    for _ in range(10):
+        task = await store.redrive_step(DLQ, task_id, owner="o", lease_ms=10_000, batch=10)
+        if task.status != "running":
+            break
+    assert (task.status, task.moved, task.skipped) == ("succeeded", 2, 1)
+    assert (await store.stats(Q)).total == 3
+    assert len(await store.get_messages(DLQ, ids)) == 1  # the one that did not fit is still a dead letter
+
+
+async def test_without_a_quota_nothing_is_counted(store: Store) -> None:
+    await store.set_quota(P, {"queues": 1, "messages_per_queue": 1})
+    await store.set_quota(P, {"queues": None, "messages_per_queue": None})
+    await post(store, Q, *range(5))
+    await post(store, q("second"), "and a second queue")
+    assert (await store.stats(Q)).total == 5
