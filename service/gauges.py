@@ -8,6 +8,10 @@ is 1 and the rest are in no series. A queue's place in that order changes only w
 deleted, so series are stable; a counter of `_other` goes down when a queue leaves it (Prometheus reads
 that as a reset).
 
+The counted quotas (docs/quotas.md): for each project with a queue in a series of its own, its queues, each
+quota in force and its use (the fullest queue's, for `messages_per_queue`), from one read of the project's
+overrides a scrape.
+
 Cost: one read is shared by the scrapes that arrive while it runs, and its answer is reused for
 `cache_seconds`, so parallel scrapes (or several Prometheus servers) cost the store one read a period per
 process.
@@ -27,6 +31,7 @@ from prometheus_client.metrics_core import Metric
 from core.clock import Clock
 from core.errors import CharonError
 from core.models import DeadLetterReason, QueueRef, QueueStats
+from core.quotas import MESSAGES_PER_QUEUE, QUEUES, Counted
 from service.metrics import SWEEPER_LAST_SWEEP_NAME, collect_processes
 from storage.base import Store
 
@@ -45,6 +50,8 @@ class Snapshot:
     truncated: bool
     outbox: tuple[int, int | None] | None  # (waiting, earliest due ms); None: the store keeps no outbox
     ok: bool  # every read succeeded
+    # the counted quotas (core/quotas.py) of each project with a queue in a series of its own
+    quotas: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -87,8 +94,11 @@ class StoreGauges:
         max_read: int,
         cache_seconds: float,
         sweeping: bool,
+        quotas: Counted | None = None,
     ) -> None:
+        """`quotas`: the counted quotas' defaults (CHARON_QUOTAS__*), under each project's overrides."""
         self._store = store
+        self._quotas = quotas or Counted()
         self._clock = clock
         self.max_queues = max_queues
         self.max_read = max_read
@@ -125,7 +135,14 @@ class StoreGauges:
                 outbox = await store.outbox_stats()
             except CharonError:
                 ok = False
-            snapshot = Snapshot(self._clock.now_ms(), queues, truncated, outbox, ok)
+            quotas: dict[str, dict[str, int | None]] = {}
+            for project in dict.fromkeys(q.project for q, _ in queues[: self.max_queues]):
+                try:
+                    quotas[project] = self._quotas.of(await store.get_quota(project))
+                except CharonError:
+                    ok = False
+                    break
+            snapshot = Snapshot(self._clock.now_ms(), queues, truncated, outbox, ok, quotas)
             self._last, self._read_at = snapshot, time.monotonic()
             return snapshot
         finally:
@@ -177,7 +194,8 @@ class StoreGauges:
         )
         discarded = CounterMetricFamily(
             "charon_queue_discarded",
-            "Messages dropped where they would have moved to a DLQ (none set, or posted not eligible).",
+            "Messages dropped where they would have moved to a DLQ (none set, the DLQ full, or posted not "
+            "eligible).",
             labels=labels,
         )
         redriven = CounterMetricFamily(
@@ -214,7 +232,40 @@ class StoreGauges:
             discarded,
             redriven,
             *self._meta(snapshot),
+            *self._quota_families(snapshot),
         ]
+
+    def _quota_families(self, snapshot: Snapshot) -> Iterator[Metric]:
+        """Each project's counted quotas in force, and its use of them (projects with series of their own)."""
+        queues = GaugeMetricFamily(
+            "charon_project_queues",
+            "Queues the project has (its use of the `queues` quota).",
+            labels=["project"],
+        )
+        limit = GaugeMetricFamily(
+            "charon_quota_limit",
+            "A counted quota in force for the project (queues, messages_per_queue); none: no limit.",
+            labels=["project", "quota"],
+        )
+        use = GaugeMetricFamily(
+            "charon_quota_use_ratio",
+            "Use of a counted quota: queues over `queues`; the fullest queue's messages over "
+            "`messages_per_queue`. At 1, creations (or that queue's posts) are refused.",
+            labels=["project", "quota"],
+        )
+        held: dict[str, list[int]] = {}
+        for q, stats in snapshot.queues[: self.max_queues]:
+            held.setdefault(q.project, []).append(stats.total)
+        for project, totals in held.items():
+            queues.add_metric([project], len(totals))
+            counted = snapshot.quotas.get(project, {})
+            for name, used in ((QUEUES, len(totals)), (MESSAGES_PER_QUEUE, max(totals))):
+                value = counted.get(name)
+                if value is None:
+                    continue
+                limit.add_metric([project, name], value)
+                use.add_metric([project, name], used / value if value else 1.0)
+        yield from (queues, limit, use)
 
     def _meta(self, snapshot: Snapshot) -> Iterator[Metric]:
         count = GaugeMetricFamily(

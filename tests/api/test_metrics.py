@@ -108,7 +108,8 @@ async def traffic(alpha: httpx.AsyncClient, beta: httpx.AsyncClient, store: Stor
     r = await alpha.post("/v2/queues/orders.dlq/redrive", json={"destination": "replay", "limit": 1})
     assert r.status_code == 200, r.text
     await post(beta, "inbox", {"body": "y"})
-    quota = {"reads_per_second": 0.01}  # a bucket of one read: the second is refused
+    # a bucket of one read: the second is refused; and counted quotas, for their use
+    quota = {"reads_per_second": 0.01, "queues": 4, "messages_per_queue": 10}
     assert (await beta.put(f"/v2/quotas/{BETA}", json=quota, headers=ADMIN)).status_code == 200
     assert (await beta.get("/v2/queues/inbox/stats")).status_code == 200
     assert (await beta.get("/v2/queues/inbox/stats")).status_code == 429
@@ -178,6 +179,15 @@ async def test_a_scrape_after_real_traffic_reads_every_documented_series(
     ) == (0, 1, 1, 66)
     assert value(scraped, "charon_queue_dead_letters_received_total", project=ALPHA, queue="orders.dlq") == 3
     assert value(scraped, "charon_queue_discarded_total", project=ALPHA, queue="nodlq") == 1
+    # the counted quotas: beta's in force and its use; alpha has none
+    assert value(scraped, "charon_project_queues", project=ALPHA) == 4
+    assert value(scraped, "charon_project_queues", project=BETA) == 1
+    assert value(scraped, "charon_quota_limit", project=BETA, quota="queues") == 4
+    assert value(scraped, "charon_quota_use_ratio", project=BETA, quota="queues") == 0.25
+    assert value(scraped, "charon_quota_use_ratio", project=BETA, quota="messages_per_queue") == 0.1
+    assert not [
+        labels for (name, labels) in scraped if name == "charon_quota_limit" and ("project", ALPHA) in labels
+    ]
     # no project's series name another's queues
     for name in ("charon_queue_messages_ready", "charon_queue_dead_letters_received_total"):
         by_project: dict[str, set[str]] = {}

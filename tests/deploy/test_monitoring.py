@@ -91,6 +91,7 @@ def test_the_alerts_cover_what_an_operator_is_told_and_name_documented_series_on
     assert named["CharonSweeperLagging"] == {"charon_sweeper_lag_seconds"}
     assert named["CharonNotificationsFailing"] == {"charon_notifications_total"}
     assert named["CharonNotifierLagging"] == {"charon_notifier_lag_seconds"}
+    assert named["CharonQuotaNearlyUsed"] == {"charon_quota_use_ratio"}
     assert all(rule["annotations"]["summary"] and rule["labels"]["severity"] for rule in rules())
 
 
