@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,7 @@ from tests.servers import CharonProcess, spawn
 pytestmark = pytest.mark.slow  # live server processes
 
 HEADERS = {"Client-ID": CLIENT_ID, "X-Project-ID": "workers"}
+ONE = {"messages": [{"body": 1}]}
 
 
 def workers_of(pid: int) -> list[int]:
@@ -197,6 +199,42 @@ def test_a_projects_request_rate_is_one_budget_over_every_worker(redis_url: str)
         assert set(statuses) == {201, 429}
         posted = clients[0].get("/v2/queues/w/stats").json()["messages"]["total"]
         assert posted == statuses.count(201)  # a refused post stored nothing
+    finally:
+        for c in clients:
+            c.close()
+        service.stop()
+
+
+@pytest.mark.parametrize("uri", ["redis_url", "mongodb_uri"])
+def test_producers_racing_over_two_workers_never_pass_a_message_quota(
+    request: pytest.FixtureRequest, uri: str
+) -> None:
+    """Two workers, a quota of 10 messages a queue: 32 posts at once over 16 connections spread over both
+    workers get exactly 10 201s and 22 403s, and the queue holds 10 (each worker counting alone, or a count
+    and a write that another writer can come between, would let more in)."""
+    service = CharonProcess(
+        request.getfixturevalue(uri),
+        namespace=f"q{os.urandom(4).hex()}",
+        env={"CHARON_WORKERS": "2", "CHARON_QUOTAS__MESSAGES_PER_QUEUE": "10"},
+    ).start()
+    assert service.proc is not None
+    clients = [httpx.Client(base_url=service.url, headers=HEADERS, timeout=60) for _ in range(16)]
+    try:
+        wait_for(lambda: listeners(service.port) == 2, "two workers are not both listening")
+        for c in clients:
+            assert c.get("/v2/queues/w/stats").status_code == 200
+        assert all(connections(service.port, workers_of(service.proc.pid)))
+        with ThreadPoolExecutor(len(clients)) as pool:
+            codes = list(
+                pool.map(
+                    lambda c: [c.post("/v2/queues/w/messages", json=ONE).status_code for _ in "ab"], clients
+                )
+            )
+        statuses = sorted(s for pair in codes for s in pair)
+        assert (statuses.count(201), statuses.count(403)) == (10, 22), statuses
+        assert clients[0].get("/v2/queues/w/stats").json()["messages"]["total"] == 10
+        refused = clients[0].post("/v2/queues/w/messages", json=ONE).json()
+        assert refused["quota"] == "messages_per_queue"
     finally:
         for c in clients:
             c.close()
