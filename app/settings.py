@@ -124,6 +124,13 @@ class QuotaSettings(BaseModel):
         "and stores nothing, a dead-letter move into a full DLQ discards and counts. Unset: no limit, but "
         "for projects an admin gave one.",
     )
+    subscriptions: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_COUNT,
+        description="Subscriptions each project may have over all its queues (expired ones not); one more "
+        "answers 403. Unset: no limit, but for projects an admin gave one.",
+    )
     burst_seconds: float = Field(
         2.0,
         ge=0.01,
@@ -142,7 +149,9 @@ class QuotaSettings(BaseModel):
 
     def counted(self) -> Counted:
         """The counted quotas' defaults, as the drivers take them."""
-        return Counted(queues=self.queues, messages_per_queue=self.messages_per_queue)
+        return Counted(
+            queues=self.queues, messages_per_queue=self.messages_per_queue, subscriptions=self.subscriptions
+        )
 
 
 class EncryptionSettings(BaseModel):

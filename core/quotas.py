@@ -7,10 +7,11 @@ field a row); a project's overrides are stored by the driver (storage/base.py Qu
 defaults. The API's body model, which validates an override (api/schemas.py QuotaIn), is derived from the
 rows; tests/api/test_quotas.py holds the settings' fields to them.
 
-Counted quotas (`queues`, `messages_per_queue`) bound what a project keeps in the store. They are counted
-by the driver in the same atomic step that would cross them, from what the store holds (Redis: the project's
-queue index and a queue's expiry index; MongoDB: an index count in a transaction), so there is no counter to
-drift. The driver reads a project's overrides itself and gets the defaults at construction (Counted).
+Counted quotas (`queues`, `messages_per_queue`, `subscriptions`) bound what a project keeps in the store.
+They are counted by the driver in the same atomic step that would cross them, from what the store holds
+(Redis: the project's queue index, a queue's expiry index, the project's subscriptions by expiry; MongoDB:
+an index count in a transaction), so there is no counter to drift. The driver reads a project's overrides
+itself and gets the defaults at construction (Counted).
 
 Rates: each project has two token buckets, `reads` (GET and HEAD) and `writes` (every other method), each
 refilled at its rate a second up to `burst_seconds` of it (at least 1 token). The bucket lives in the store,
@@ -90,8 +91,18 @@ QUOTAS: tuple[Quota, ...] = (
         "messages",
         counted=True,
     ),
+    Quota(
+        "subscriptions",
+        "Subscriptions the project may have, over all its queues (expired ones not). Subscribing once more "
+        "answers 403; a subscriber that is already subscribed to the queue is answered as before.",
+        0,
+        MAX_COUNT,
+        "subscriptions",
+        counted=True,
+    ),
 )
 QUOTA = {q.name: q for q in QUOTAS}
+SUBSCRIPTIONS = "subscriptions"
 QUEUES = "queues"
 MESSAGES_PER_QUEUE = "messages_per_queue"
 COUNTED = tuple(q.name for q in QUOTAS if q.counted)
@@ -122,6 +133,7 @@ class Counted:
 
     queues: int | None = None
     messages_per_queue: int | None = None
+    subscriptions: int | None = None
 
     def of(self, overrides: Mapping[str, float]) -> dict[str, int | None]:
         """The project's counted quotas: its overrides over these defaults."""

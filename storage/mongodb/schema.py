@@ -30,7 +30,8 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
   projects  _id (project), mver (metadata version: bumped by every metadata write of the project)
   quotas    _id (project), quota (the project's quota overrides, by quota name: core/quotas.py), rate {reads,
             writes} (its request-rate token buckets: tk tokens left, at ms of the last take; quotas.py), qc
-            (bumped by each queue creation counted against a `queues` quota, in its transaction: counters.py)
+            (bumped by each queue creation counted against a `queues` quota, in its transaction: counters.py),
+            sc (the same, for each subscription made under a `subscriptions` quota: subscriptions.py)
   leases    _id (lease name), owner, until (ms)
   tasks     _id (redrive task id), p, q (the DLQ), status, spec, cr, up, end, cursor, scanned, moved, skipped,
             owner, lease (ms)
@@ -245,6 +246,7 @@ class ProjectQuotaFields:
     QUOTA: str = "quota"  # QuotaFields: the project's quota overrides
     RATE: str = "rate"  # RateFields: its request-rate token buckets
     CREATIONS: str = "qc"  # bumped by each queue creation under a `queues` quota (counters.py)
+    SUBSCRIBING: str = "sc"  # bumped by each subscription made under a `subscriptions` quota
 
 
 # The sub-document `quota` of a project: an override a quota, under the quota's name (core's, as a policy

@@ -22,13 +22,14 @@ from pymongo.errors import DuplicateKeyError
 
 from core.errors import Conflict, SubscriptionExists, SubscriptionNotFound
 from core.models import Page, QueueRef, Subscription, SubscriptionId
-from core.quotas import QUEUES
+from core.quotas import QUEUES, SUBSCRIPTIONS, exceeded
 from storage.mongodb import quotas
 from storage.mongodb.counters import ensure_queue
 from storage.mongodb.outbox import owed
 from storage.mongodb.queries import Doc
 from storage.mongodb.schema import (
     DELIVERY,
+    PROJECT_QUOTA,
     QUEUE,
     SUBSCRIPTION,
     SUBSCRIPTIONS_INDEX,
@@ -61,6 +62,19 @@ async def _drop(c: Collections, query: Doc, session: AsyncClientSession) -> int:
         await c.deliveries.delete_many({DELIVERY.SUBSCRIPTION: {"$in": ids}}, session=session)
         await c.subscriptions.delete_many({S.ID: {"$in": ids}}, session=session)
     return len(ids)
+
+
+async def _take_subscription_slot(
+    c: Collections, project: str, limit: int, now: int, session: AsyncClientSession
+) -> None:
+    """In the transaction that subscribes: QuotaExceeded when the project has `limit` live subscriptions.
+    The project's `quotas` document is written first, so two such transactions conflict (counters.py)."""
+    await c.quotas.update_one(
+        {PROJECT_QUOTA.ID: project}, {"$inc": {PROJECT_QUOTA.SUBSCRIBING: 1}}, upsert=True, session=session
+    )
+    n = await c.subscriptions.count_documents({S.PROJECT: project, **_live(now)}, session=session)
+    if n >= limit:
+        raise exceeded(SUBSCRIPTIONS, use=n, adding=1, limit=limit, where="This project")
 
 
 async def _recount(
@@ -108,6 +122,8 @@ async def create(
                 await c.deliveries.insert_one(owed(q, same[S.ID], "confirmation", now), session=s)
             return subscription_of(same), False
         await _drop(c, {**subscriptions_of(q), S.EXPIRES: {"$lte": now}}, s)
+        if limit is not None:
+            await _take_subscription_slot(c, q.project, limit, now, s)
         live = await c.subscriptions.count_documents({**subscriptions_of(q), **_live(now)}, session=s)
         if live >= max_per_queue:
             raise Conflict(
@@ -121,7 +137,9 @@ async def create(
         return subscription_of(doc), True
 
     # outside the transaction, where a concurrent creation is no error; refused past the `queues` quota
-    await ensure_queue(c, q, now, max_queues=(await quotas.counted(c, q.project))[QUEUES])
+    counted = await quotas.counted(c, q.project)
+    limit = counted[SUBSCRIPTIONS]
+    await ensure_queue(c, q, now, max_queues=counted[QUEUES])
     for _ in range(CREATE_ATTEMPTS - 1):
         with contextlib.suppress(DuplicateKeyError):
             return await in_transaction(c, write)

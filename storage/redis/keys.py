@@ -35,6 +35,7 @@ Keys (prefix = ``<ns>:{<project>}:``):
   prefix q:<name>:subscribers  HASH  subscriber URI -> subscription id (unique per queue)
   prefix q:<name>:notify       ZSET  subscription id -> expiry ms: the confirmed ones (told of each message)
   prefix s:<subscription id>   HASH  SubscriptionField
+  prefix subs                  ZSET  subscription id -> expiry ms: every subscription of the project
   prefix outbox                ZSET  delivery id -> ms it is due (a leased one: when its lease ends)
   prefix outbox:seq            STRING the delivery id counter
   prefix outbox:owed           STRING how many messages' deliveries the outbox owes (the notifier's backlog)
@@ -314,6 +315,12 @@ class ProjectKeys:
 
     def subscription(self, subscription_id: str) -> str:
         return f"{self.prefix}s:{subscription_id}"
+
+    @property
+    def subscription_expiry(self) -> str:
+        """ZSET subscription id -> expiry ms: every subscription of the project (the `subscriptions` quota
+        counts those not expired)."""
+        return f"{self.prefix}subs"
 
     def delivery(self, delivery_id: str) -> str:
         return f"{self.prefix}d:{delivery_id}"

@@ -85,12 +85,15 @@ def library() -> str:
 
 
 def defaults_args(defaults: DeadLetterDefaults, quotas: Counted | None = None) -> list[bytes]:
-    """lib.lua set_defaults' five arguments: max claim count, template prefix, suffix, then the counted
-    quotas' defaults: queues, messages per queue ('' = none)."""
+    """lib.lua set_defaults' six arguments: max claim count, template prefix, suffix, then the counted
+    quotas' defaults: queues, messages per queue, subscriptions ('' = none)."""
     prefix, suffix = defaults.prefix_suffix or ("", "")
     maxcc = "" if defaults.max_claim_count is None else str(defaults.max_claim_count)
     counted = quotas or Counted()
-    limits = [b"" if v is None else str(v).encode() for v in (counted.queues, counted.messages_per_queue)]
+    limits = [
+        b"" if v is None else str(v).encode()
+        for v in (counted.queues, counted.messages_per_queue, counted.subscriptions)
+    ]
     return [maxcc.encode(), prefix.encode(), suffix.encode(), *limits]
 
 

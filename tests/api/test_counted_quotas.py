@@ -33,6 +33,7 @@ async def test_past_a_counted_quota_a_request_gets_403_and_nothing_is_done(clien
         "writes_per_second": None,
         "queues": 1,
         "messages_per_queue": 2,
+        "subscriptions": None,
     }
     assert (await client.post("/v2/queues/q/messages", json=messages(2))).status_code == 201
     r = await client.post("/v2/queues/q/messages", json=messages(1))
@@ -70,6 +71,12 @@ async def test_past_a_counted_quota_a_request_gets_403_and_nothing_is_done(clien
     r = await client.put(f"/v2/quotas/{PROJECT}", json={"messages_per_queue": None}, headers=ADMIN)
     assert r.json()["overrides"] == {"queues": 1}
     assert (await client.post("/v2/queues/q/messages", json=messages(3))).status_code == 201
+    await client.put(f"/v2/quotas/{PROJECT}", json={"subscriptions": 1}, headers=ADMIN)
+    hook = {"subscriber": "https://hooks.example.com/a"}
+    assert (await client.post("/v2/queues/q/subscriptions", json=hook)).status_code == 201
+    r = await client.post("/v2/queues/q/subscriptions", json={"subscriber": "https://hooks.example.com/b"})
+    assert (r.status_code, r.json()["quota"]) == (403, "subscriptions")
+    assert "This project holds 1 subscriptions" in r.json()["description"]
 
 
 async def test_the_services_defaults_apply_to_every_project(redis_url: str, clock: ManualClock) -> None:

@@ -140,3 +140,62 @@ async def test_without_a_quota_nothing_is_counted(store: Store) -> None:
     await post(store, Q, *range(5))
     await post(store, q("second"), "and a second queue")
     assert (await store.stats(Q)).total == 5
+
+
+async def test_subscriptions_past_the_project_quota_are_refused_and_expired_ones_do_not_count(
+    store: Store, clock: ManualClock
+) -> None:
+    await store.set_quota(P, {"subscriptions": 2})
+
+    async def subscribe(name: str, url: str, ttl: int = 3600) -> SubscriptionId:
+        sid = SubscriptionId(uuid.uuid4().hex)
+        made, _ = await store.create_subscription(
+            q(name), sid, subscriber=url, ttl=ttl, options={}, confirmed=True, max_per_queue=9
+        )
+        return made.id
+
+    first = await subscribe("a", "https://one.example/", ttl=60)
+    await subscribe("b", "https://two.example/")  # the quota is the project's, over its queues
+    with pytest.raises(QuotaExceeded) as refused:
+        await subscribe("c", "https://three.example/")
+    assert (refused.value.quota, "holds 2 subscriptions" in str(refused.value)) == ("subscriptions", True)
+    assert await subscribe("b", "https://two.example/")  # the same subscriber again: answered as it is
+    await store.update_subscription(q("a"), first, ttl=120)  # renewed: it counts until its new end
+    clock.advance(61)
+    with pytest.raises(QuotaExceeded):
+        await subscribe("c", "https://three.example/")
+    clock.advance(60)  # the first expired: it no longer counts
+    third = await subscribe("c", "https://three.example/")
+    with pytest.raises(QuotaExceeded):
+        await subscribe("d", "https://four.example/")
+    await store.delete_subscription(q("c"), third)  # a deletion frees its place at once
+    await subscribe("d", "https://four.example/")
+    await store.create_subscription(
+        QueueRef("other-project", "a"),
+        SubscriptionId(uuid.uuid4().hex),
+        subscriber="https://one.example/",
+        ttl=60,
+        options={},
+        confirmed=True,
+        max_per_queue=9,
+    )  # another project has its own count
+
+
+async def test_subscriptions_racing_to_the_quota_make_exactly_that_many(store: Store) -> None:
+    await store.set_quota(P, {"subscriptions": 3})
+    results = await asyncio.gather(
+        *(
+            store.create_subscription(
+                q(f"s{i % 3}"),
+                SubscriptionId(uuid.uuid4().hex),
+                subscriber=f"https://{i}.example/",
+                ttl=3600,
+                options={},
+                confirmed=True,
+                max_per_queue=20,
+            )
+            for i in range(10)
+        ),
+        return_exceptions=True,
+    )
+    assert [type(r) for r in results if isinstance(r, BaseException)] == [QuotaExceeded] * 7

@@ -106,7 +106,8 @@ def test_only_the_layout_helpers_of_lib_lua_build_key_names() -> None:
     builders = re.compile(
         r"local function (qkeys|message_key|waiting_key|wake_channel|notify_key|subscriptions_key|"
         r"subscribers_key|subscription_key|delivery_key|outbox_key|outbox_seq_key|outbox_owed_key)\(.*?\nend\n"
-        r"|local function quota_key\(prefix\) return prefix \.\. 'quota' end\n",
+        r"|local function quota_key\(prefix\) return prefix \.\. 'quota' end\n"
+        r"|local function subscription_expiry_key\(prefix\) return prefix \.\. 'subs' end\n",
         re.S,
     )
     for name, source in _sources().items():
@@ -123,7 +124,8 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         + "return {K.queue, K.msgs, K.ready, K.delayed, K.claimed, K.expiry, K.queues, K.due, "
         + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue), K.notify, K.subs, "
         + "K.subscribers, subscription_key(ARGV[1], ARGV[3]), delivery_key(ARGV[1], '7'), "
-        + "outbox_key(ARGV[1]), outbox_seq_key(ARGV[1]), outbox_owed_key(ARGV[1]), quota_key(ARGV[1])}"
+        + "outbox_key(ARGV[1]), outbox_seq_key(ARGV[1]), outbox_owed_key(ARGV[1]), quota_key(ARGV[1]), "
+        + "subscription_expiry_key(ARGV[1])}"
     )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
@@ -146,6 +148,7 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         pk.outbox_seq,
         pk.outbox_owed,
         pk.quota,
+        pk.subscription_expiry,
     ]
 
 

@@ -103,6 +103,10 @@ local function owe(prefix, sid, kind, queue, now, id, fields)
   OUTBOX.owed = 1
 end
 
+-- keys.py ProjectKeys.subscription_expiry: each subscription of the project by its expiry (the
+-- `subscriptions` quota counts the live ones)
+local function subscription_expiry_key(prefix) return prefix .. 'subs' end
+
 -- Delete subscription `sid` of queue K and its indexes (what it is still owed is dropped when leased).
 local function remove_subscription(prefix, K, sid)
   local sk = subscription_key(prefix, sid)
@@ -113,6 +117,7 @@ local function remove_subscription(prefix, K, sid)
   redis.call('DEL', sk)
   redis.call('ZREM', K.subs, sid)
   redis.call('ZREM', K.notify, sid)
+  redis.call('ZREM', subscription_expiry_key(prefix), sid)
 end
 
 -- Delete the subscriptions of queue K whose ttl has run out (all of them when `all`). A queue has at most
@@ -327,6 +332,7 @@ local function set_defaults(argv, first)
   -- arguments stay where its header says
   DEFAULTS.queues = tonumber(table.remove(argv, first + 3))
   DEFAULTS.messages_per_queue = tonumber(table.remove(argv, first + 3))
+  DEFAULTS.subscriptions = tonumber(table.remove(argv, first + 3))
   if prefix ~= '' or suffix ~= '' then DEFAULTS.prefix, DEFAULTS.suffix = prefix, suffix end
 end
 

@@ -4,7 +4,7 @@
 -- Subscriptions are unique by queue and subscriber: a live one of the same subscriber is answered as it is
 -- (and owed its confirmation request again while unconfirmed). A new unconfirmed one is owed its request
 -- in this script. Creates the queue lazily (error CHARON_QUOTA past the project's `queues` quota). Error
--- CHARON_TOO_MANY when the queue has `max` live ones.
+-- CHARON_TOO_MANY when the queue has `max` live ones, CHARON_QUOTA when the project has its `subscriptions`.
 local prefix, name, now, K = queue_script()
 local sk, sid, subscriber, ttl = KEYS[9], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local options, confirmed, max = ARGV[10], ARGV[11], tonumber(ARGV[12])
@@ -21,8 +21,14 @@ if redis.call('ZCARD', K.subs) >= max then
 end
 local refused = queue_refused(prefix, K, name)
 if refused then return refused end
+local limit = counted_quota(prefix, 'subscriptions')
+if limit then
+  local n = redis.call('ZCOUNT', subscription_expiry_key(prefix), '(' .. now, '+inf')
+  if n >= limit then return over_quota('subscriptions', n, 1, limit, 'This project') end
+end
 ensure_queue(K, name, now)
 local e = now + ttl * 1000
+redis.call('ZADD', subscription_expiry_key(prefix), e, sid)
 redis.call('HSET', sk, 'q', name, 's', subscriber, 't', ttl, 'o', options, 'cr', now, 'e', e, 'c', confirmed)
 redis.call('ZADD', K.subs, 0, sid)
 redis.call('HSET', K.subscribers, subscriber, sid)

@@ -24,6 +24,7 @@ end
 if ttl then
   local e = now + ttl * 1000
   redis.call('HSET', sk, 't', ttl, 'e', e)
+  redis.call('ZADD', subscription_expiry_key(prefix), e, sid)
   if redis.call('HGET', sk, 'c') == '1' then redis.call('ZADD', K.notify, e, sid) end
 end
 if options ~= '' then redis.call('HSET', sk, 'o', options) end
