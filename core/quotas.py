@@ -72,9 +72,10 @@ QUOTAS: tuple[Quota, ...] = (
     ),
     Quota(
         "queues",
-        "Queues the project may have. Creating one more (PUT, or the first post or subscription to a new "
-        "name) answers 403. A dead-letter move or a redrive that creates its destination is never refused, "
-        "and that queue counts.",
+        "Queues the project may have. Creating one more (PUT, a metadata write, the first post or "
+        "subscription to a new name, or a metadata write naming a DLQ that does not exist yet) answers 403. "
+        "A dead-letter move that creates its DLQ is never refused, and that queue counts; a redrive skips "
+        "the messages of a destination it may not create.",
         0,
         MAX_COUNT,
         "queues",

@@ -22,7 +22,7 @@ from typing import Any
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from core.errors import OutcomeUnknown, StorageUnavailable
 from core.models import MessageStamp, QueueRef, QueueStats
@@ -59,12 +59,19 @@ async def ensure_queue(c: Collections, q: QueueRef, now: int, *, max_queues: int
 
         async def create(s: AsyncClientSession) -> None:
             if await c.queues.find_one(queue_key(q), {QUEUE.ID: 1}, session=s) is None:
-                await take_queue_slot(c, q, max_queues, s)
+                await take_queue_slot(c, q.project, 1, max_queues, s)
                 await c.queues.insert_one({**queue_key(q), **new_queue(now)}, session=s)
 
-        with contextlib.suppress(DuplicateKeyError):  # created concurrently
-            await in_transaction(c, create)
-        return {QUEUE.POLICY: {}}
+        for _ in range(MARKER_ATTEMPTS):
+            try:
+                await in_transaction(c, create)
+            except DuplicateKeyError:  # created concurrently (or the quotas document was): look again
+                doc = await c.queues.find_one(queue_key(q), {QUEUE.POLICY: 1, QUEUE.SUBSCRIPTIONS: 1})
+                if doc is not None:
+                    return doc
+                continue
+            return {QUEUE.POLICY: {}}
+        raise StorageUnavailable(f"Queue {q.name!r} could not be made: it kept being made and deleted.")
     with contextlib.suppress(DuplicateKeyError):  # created concurrently
         await c.queues.update_one(
             queue_key(q),
@@ -80,14 +87,26 @@ async def ensure_queue(c: Collections, q: QueueRef, now: int, *, max_queues: int
 # racing writers never pass the quota together.
 
 
-async def take_queue_slot(c: Collections, q: QueueRef, limit: int, session: AsyncClientSession) -> None:
-    """In the transaction that creates `q`: QuotaExceeded when its project has `limit` queues already."""
+async def take_queue_slot(
+    c: Collections, project: str, adding: int, limit: int, session: AsyncClientSession
+) -> None:
+    """In the transaction that creates `adding` queues of `project`: QuotaExceeded when they would take it
+    past `limit` queues."""
     await c.quotas.update_one(
-        {PROJECT_QUOTA.ID: q.project}, {"$inc": {PROJECT_QUOTA.CREATIONS: 1}}, upsert=True, session=session
+        {PROJECT_QUOTA.ID: project}, {"$inc": {PROJECT_QUOTA.CREATIONS: 1}}, upsert=True, session=session
     )
-    n = await c.queues.count_documents({QUEUE.PROJECT: q.project}, session=session)
-    if n >= limit:
-        raise exceeded(QUEUES, use=n, adding=1, limit=limit, where="This project")
+    n = await c.queues.count_documents({QUEUE.PROJECT: project}, session=session)
+    if n + adding > limit:
+        raise exceeded(QUEUES, use=n, adding=adding, limit=limit, where="This project")
+
+
+async def may_create(c: Collections, q: QueueRef) -> bool:
+    """Whether `q` exists, or the project has room for it under its `queues` quota (not in a transaction:
+    for a redrive, which skips the messages of a destination it may not make)."""
+    if await c.queues.find_one(queue_key(q), {QUEUE.ID: 1}) is not None:
+        return True
+    limit = (await quotas.counted(c, q.project))[QUEUES]
+    return limit is None or await c.queues.count_documents({QUEUE.PROJECT: q.project}) < limit
 
 
 async def live_messages(
@@ -112,9 +131,9 @@ async def live_messages(
 async def take_message_room(
     c: Collections, q: QueueRef, adding: int, limit: int, now: int, session: AsyncClientSession
 ) -> None:
-    """In the transaction of a post of `adding` messages to `q`: QuotaExceeded when they would take it past
-    `limit` (the queue's document is written first: see above)."""
-    await c.queues.update_one(queue_key(q), {"$inc": {QUEUE.COUNTED_POSTS: 1}}, session=session)
+    """In the transaction of a post of `adding` messages to `q`, after it took its markers
+    (reserve_markers with the session: the queue's counter is the document written first, see above):
+    QuotaExceeded when they would take it past `limit`."""
     n = await live_messages(c, q, now, session)
     if n + adding > limit:
         raise exceeded(MESSAGES_PER_QUEUE, use=n, adding=adding, limit=limit, where=f"Queue {q.name!r}")
@@ -187,12 +206,28 @@ async def insert_in_order(c: Collections, q: QueueRef, docs: Sequence[Doc]) -> N
     raise contended(q, partly=len(pending) < len(docs))
 
 
-async def reserve_markers(c: Collections, q: QueueRef, n: int) -> int:
+async def reserve_markers(
+    c: Collections, q: QueueRef, n: int, session: AsyncClientSession | None = None
+) -> int:
     """Take the next `n` markers of `q` for one writer alone (the counter goes past them first); returns the
     first. For a write inside a transaction, which must not meet another writer's marker: a reader paging
-    by marker may pass these before that transaction commits (a wider form of the gap above). Writers
+    by marker may pass these before that transaction commits (a wider form of the gap above), unless they
+    are taken in that transaction (`session`), which then also holds the counter until it ends. Writers
     racing to make the counter's document: the losers' upsert fails (or, on some servers, answers nothing)
-    and they take their markers from the document the winner made."""
+    and they take their markers from the document the winner made (in a transaction: it starts again)."""
+    if session is not None:
+        doc = await c.counters.find_one_and_update(
+            counter_key(q),
+            {"$inc": {COUNTER.SEQ: n}},
+            upsert=True,
+            return_document=ReturnDocument.AFTER,
+            session=session,
+        )
+        if doc is None:
+            raise OperationFailure(
+                "the marker counter was made meanwhile", 112, {"errorLabels": ["TransientTransactionError"]}
+            )
+        return int(doc[COUNTER.SEQ]) - n + 1
     for _ in range(MARKER_ATTEMPTS):
         try:
             doc = await c.counters.find_one_and_update(

@@ -51,13 +51,16 @@ async def write_metadata(
     session: AsyncClientSession,
     max_queues: int | None = None,
 ) -> None:
-    """Replace the queue's metadata and policy, creating the queue, if the project is at that version (and,
-    for a new queue, has fewer than `max_queues`, its `queues` quota)."""
-    if (
-        max_queues is not None
-        and await c.queues.find_one(queue_key(q), {QUEUE.ID: 1}, session=session) is None
-    ):
-        await take_queue_slot(c, q, max_queues, session)
+    """Replace the queue's metadata and policy, creating the queue, if the project is at that version (and
+    has room under `max_queues`, its `queues` quota, for the queue and the DLQ the policy names, those of
+    them that do not exist yet)."""
+    if max_queues is not None:
+        names = {q.name, policy.dead_letter_queue or q.name}  # and the DLQ it names, made by its first move
+        found = await c.queues.count_documents(
+            {QUEUE.PROJECT: q.project, QUEUE.NAME: {"$in": list(names)}}, session=session
+        )
+        if found < len(names):
+            await take_queue_slot(c, q.project, len(names) - found, max_queues, session)
     await bump_version(c, q.project, expected_version, session)
     await c.queues.update_one(
         queue_key(q),

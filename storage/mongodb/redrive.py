@@ -7,7 +7,7 @@ from itertools import groupby
 from typing import Any
 
 from core.models import QueueRef, RedriveSpec, RedriveTask, TaskId, TaskStatus
-from storage.mongodb.counters import count, ensure_queue, message_room, move_with_markers
+from storage.mongodb.counters import count, ensure_queue, may_create, message_room, move_with_markers
 from storage.mongodb.queries import Doc, not_claimed
 from storage.mongodb.schema import (
     COUNTER,
@@ -105,7 +105,7 @@ async def redrive_batch(c: Collections, q: QueueRef, task: RedriveTask, *, now: 
     moved = 0
     for destination, group in groupby(plan, key=lambda pair: pair[1]):
         target = QueueRef(q.project, destination)
-        room = await message_room(c, target, now)
+        room = await message_room(c, target, now) if await may_create(c, target) else 0
         docs_to = [doc for doc, _ in group]
         if room is not None and len(docs_to) > room:  # a full destination: the rest stay here, skipped
             skipped += len(docs_to) - room

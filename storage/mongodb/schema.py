@@ -17,9 +17,7 @@ Collections (names prefixed by the namespace, `<ns>.messages` ...; several servi
             sweeper run; the sweeper deletes expired messages well before it)
   queues    p, n (name), meta (JSON text, so any key is allowed), pol (the reserved keys parsed: core's
             policy fields, the backoff's in bo {d m x j l}; PolicyFields), cr, subs (how many subscription
-            documents the queue has: absent or 0 lets a post or a move into it skip the outbox), cp (bumped
-            by each post counted against a `messages_per_queue` quota, in its transaction: counters.py).
-            Written by
+            documents the queue has: absent or 0 lets a post or a move into it skip the outbox). Written by
             metadata writes (in transactions), lazy creation, and every subscription write (in its
             transaction).
   counters  _id {p, q}: seq (the marker counter), n_dl (dead-lettered out), n_rsn {max_claims, expired,
@@ -173,7 +171,6 @@ class QueueFields:
     POLICY: str = "pol"  # PolicyFields, read with policy_of()
     CREATED: str = "cr"
     SUBSCRIPTIONS: str = "subs"  # how many subscription documents the queue has
-    COUNTED_POSTS: str = "cp"  # bumped by each post under a messages_per_queue quota (counters.py)
 
 
 @dataclass(frozen=True, slots=True)

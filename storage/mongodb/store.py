@@ -62,7 +62,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from core.quotas import MESSAGES_PER_QUEUE, QUEUES, Bucket, Counted, Grant
+from core.quotas import MESSAGES_PER_QUEUE, QUEUES, Bucket, Counted, Grant, exceeded
 from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.mongodb import outbox, quotas, subscriptions
@@ -71,6 +71,7 @@ from storage.mongodb.counters import (
     MARKER_ATTEMPTS,
     ensure_queue,
     insert_in_order,
+    live_messages,
     marker_taken,
     queue_stats,
     reserve_markers,
@@ -165,6 +166,12 @@ async def _to_its_end(step: Coroutine[Any, Any, R]) -> R:
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its outcome is nobody's now
         await asyncio.wait([task])
         raise
+
+
+def number(docs: list[Doc], first: int) -> None:
+    """Give `docs` consecutive markers from `first`."""
+    for n, doc in enumerate(docs):
+        doc[M.MARKER] = first + n
 
 
 def _op(
@@ -426,8 +433,15 @@ class MongoStore:
         now = self._now()
         ids = [MessageId(new_id()) for _ in messages]
 
-        # A queue that does not exist yet has no policy, so creating it before the size check is harmless.
+        # A queue that does not exist yet has no policy, so creating it before the size check is harmless; a
+        # post larger than the queue's message quota alone is refused before (a new queue holds none).
         counted = await quotas.counted(self._c, q.project)
+        limit = counted[MESSAGES_PER_QUEUE]
+        if limit is not None and len(messages) > limit:
+            use = await live_messages(self._c, q, now)
+            raise exceeded(
+                MESSAGES_PER_QUEUE, use=use, adding=len(messages), limit=limit, where=f"Queue {q.name!r}"
+            )
         queue = await ensure_queue(self._c, q, now, max_queues=counted[QUEUES])
         policy = policy_of(queue)
         maxpost = policy.max_messages_post_size
@@ -465,7 +479,6 @@ class MongoStore:
                 doc[M.NOT_ELIGIBLE] = True
             docs.append(doc)
         owed_to = await subscribers(self._c, q, queue, now)  # reads nothing when the queue has none
-        limit = counted[MESSAGES_PER_QUEUE]
         if idempotency is not None or limit is not None:
             return await self._post_in_transaction(q, docs, idempotency, now, owed_to, limit)
         if owed_to:
@@ -486,8 +499,10 @@ class MongoStore:
         """A post with an Idempotency-Key, or to a queue under a `messages_per_queue` quota (`limit`): its
         messages, the key's record, the quota's count and the notifications it owes in one transaction, at
         markers reserved for it beforehand (a transaction must not meet another writer's marker; a marker a
-        plain writer took meanwhile only costs a new reservation). A record still in its window answers
-        instead, writing nothing."""
+        plain writer took meanwhile only costs a new reservation). Under a quota the markers are taken in the
+        transaction instead: that write to the queue's counter makes two counted posts conflict (the one
+        retried counts again), and their markers follow their commits, so a reader paging by marker passes
+        none of them. A record still in its window answers instead, writing nothing."""
         i = IDEMPOTENCY
 
         async def post(s: AsyncClientSession) -> list[MessageId]:
@@ -503,7 +518,8 @@ class MongoStore:
                     return [MessageId(mid) for mid in record[i.IDS]]
                 if record is not None:  # its window is over; the TTL index has not dropped it yet
                     await self._c.idempotency.delete_one(key, session=s)
-            if limit is not None:
+            if limit is not None:  # its markers taken here, where they also keep counted posts apart
+                number(docs, await reserve_markers(self._c, q, len(docs), s))
                 await take_message_room(self._c, q, len(docs), limit, now, s)
             await self._c.messages.insert_many(docs, session=s)
             if once is not None:
@@ -514,9 +530,8 @@ class MongoStore:
             return [MessageId(d[M.ID]) for d in docs]
 
         for _ in range(MARKER_ATTEMPTS):
-            first = await reserve_markers(self._c, q, len(docs))
-            for n, doc in enumerate(docs):
-                doc[M.MARKER] = first + n
+            if limit is None:
+                number(docs, await reserve_markers(self._c, q, len(docs)))
             try:
                 return await self._transaction(post)
             except (DuplicateKeyError, BulkWriteError) as exc:

@@ -199,3 +199,34 @@ async def test_subscriptions_racing_to_the_quota_make_exactly_that_many(store: S
         return_exceptions=True,
     )
     assert [type(r) for r in results if isinstance(r, BaseException)] == [QuotaExceeded] * 7
+
+
+async def test_a_caller_cannot_make_queues_past_the_quota_through_a_dlq_or_a_redrive(store: Store) -> None:
+    await set_meta(store, Q, _max_claim_count=1, _dead_letter_queue=DLQ.name)
+    ids = await post(store, Q, "r1")
+    cid, _ = await claim_ids(store, Q)
+    await store.release_claim(Q, cid)  # dead-lettered: the DLQ is made by the move
+    assert await names(store) == sorted([Q.name, DLQ.name])
+    await store.set_quota(P, {"queues": 3})
+    with pytest.raises(QuotaExceeded) as refused:  # a new queue naming a new DLQ: two to make, room for one
+        await set_meta(store, q("other"), _dead_letter_queue="other.dlq")
+    assert "would add 2" in str(refused.value)
+    await set_meta(store, q("third"), _max_claim_count=2)  # the last place
+    with pytest.raises(QuotaExceeded):  # an existing queue naming a new DLQ: no room for it
+        await set_meta(store, Q, _dead_letter_queue="elsewhere.dlq")
+    await set_meta(store, Q, _max_claim_count=1, _dead_letter_queue=DLQ.name)  # an existing DLQ: fine
+    assert await names(store) == sorted([Q.name, DLQ.name, "third"])
+    task_id = TaskId(uuid.uuid4().hex)  # a redrive to a queue it may not make: skipped, kept in the DLQ
+    await store.create_redrive(DLQ, task_id, RedriveSpec(destination="new-one"), owner="o", lease_ms=10_000)
+    task = await store.redrive_step(DLQ, task_id, owner="o", lease_ms=10_000, batch=10)
+    assert (task.status, task.moved, task.skipped) == ("succeeded", 0, 1)
+    assert len(await store.get_messages(DLQ, ids)) == 1
+    assert await names(store) == sorted([Q.name, DLQ.name, "third"])
+
+
+async def test_a_post_refused_for_its_size_against_the_quota_makes_no_queue(store: Store) -> None:
+    await store.set_quota(P, {"messages_per_queue": 2})
+    with pytest.raises(QuotaExceeded) as refused:
+        await post(store, q("fresh"), "1", "2", "3")
+    assert "holds 0 messages and this would add 3" in str(refused.value)
+    assert await names(store) == []

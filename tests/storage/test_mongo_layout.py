@@ -156,7 +156,8 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _max_message_ttl=7200,
         _enable_encrypt_messages=True,
     )
-    await store.set_quota(Q.project, {"reads_per_second": 1.0, "writes_per_second": 2.0, "queues": 100})
+    quota = {"reads_per_second": 1.0, "writes_per_second": 2.0, "queues": 100, "subscriptions": 100}
+    await store.set_quota(Q.project, quota)
     for bucket in (READS, WRITES):
         await store.take_tokens(Q.project, bucket, want=1, rate=1.0, capacity=2)
     for q, subscriber in ((Q, "https://a.example/hook"), (DLQ, "mailto:ops@example.com")):

@@ -357,23 +357,27 @@ local function over_quota(name, use, adding, limit, where)
   return redis.error_reply('CHARON_QUOTA ' .. name .. ' ' .. use .. ' ' .. adding .. ' ' .. limit .. ' ' .. where)
 end
 
--- Before queue K (`name`) is created by a caller's request (not by a move): its refusal when the project
--- holds its `queues` quota already, else nil. Scripts call it before they write anything.
-local function queue_refused(prefix, K, name)
-  if redis.call('HEXISTS', K.queue, 'created') == 1 then return nil end
+-- Before queue K (`name`) is created by a caller's request (not by a move), with the DLQ `dlq` a metadata
+-- write names (nil: none): its refusal when those of them that do not exist yet would take the project past
+-- its `queues` quota, else nil. Scripts call it before they write anything.
+local function queue_refused(prefix, K, name, dlq)
+  local adding = 1 - redis.call('HEXISTS', K.queue, 'created')
+  if dlq and dlq ~= name then adding = adding + 1 - redis.call('HEXISTS', qkeys(prefix, dlq).queue, 'created') end
+  if adding == 0 then return nil end
   local limit = counted_quota(prefix, 'queues')
   if not limit then return nil end
   local n = redis.call('ZCARD', K.queues)
-  if n >= limit then return over_quota('queues', n, 1, limit, 'This project') end
+  if n + adding > limit then return over_quota('queues', n, adding, limit, 'This project') end
   return nil
 end
 
--- Room queue K has for messages under its `messages_per_queue` quota (nil: no limit).
+-- Room queue K has for messages under its `messages_per_queue` quota (nil: no limit), the quota, and what
+-- the queue holds.
 local function message_room(prefix, K, now)
   local limit = counted_quota(prefix, 'messages_per_queue')
-  if not limit then return nil, nil end
+  if not limit then return nil, nil, nil end
   local n = live_messages(K, now)
-  return math.max(limit - n, 0), limit
+  return math.max(limit - n, 0), limit, n
 end
 
 local function is_auto_dlq(name)
@@ -600,6 +604,19 @@ end
 -- The policy's field names, in ARGV order: scripts.py writes core.metadata.POLICY_FIELDS into the braces
 -- when it loads the scripts (a reserved key's row names its field; nothing here lists them).
 local POLICY_FIELDS = {--[[POLICY_FIELDS]]}
+
+-- Policy field `field` among a metadata write's arguments (ARGV from `first` on, as write_metadata takes
+-- them), or nil when unset.
+local function policy_arg(argv, first, field)
+  for i, f in ipairs(POLICY_FIELDS) do
+    if f == field then
+      local v = argv[first + i]
+      if v ~= '' then return v end
+      return nil
+    end
+  end
+  return nil
+end
 
 -- Write the metadata JSON and the policy fields parsed from it (ARGV from `first` on, '' = unset), if the
 -- project's metadata version (key `mver`) is still the argument after them ('' = write regardless); bumps

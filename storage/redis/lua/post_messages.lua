@@ -56,9 +56,9 @@ end
 local n = #posted
 local refused = queue_refused(prefix, K, name)
 if refused then return refused end
-local room, limit = message_room(prefix, K, now)
+local room, limit, held = message_room(prefix, K, now)
 if room and n > room then
-  return over_quota('messages_per_queue', limit - room, n, limit, "Queue '" .. name .. "'")
+  return over_quota('messages_per_queue', held, n, limit, "Queue '" .. name .. "'")
 end
 ensure_queue(K, name, now)
 if n == 0 then return {marks(), 0} end

@@ -73,10 +73,14 @@ end
 local created = tonumber(t[15])
 
 -- Whether destination `to` has room for one more message (its `messages_per_queue` quota), counting the
--- moves of this step: a message for a full queue is skipped and stays here.
+-- moves of this step, and exists or may be made (the `queues` quota): a message for a full queue, or for
+-- one the project may not make, is skipped and stays here.
 local rooms = {}
 local function has_room(to)
-  if rooms[to] == nil then rooms[to] = message_room(prefix, qkeys(prefix, to), now) or false end
+  if rooms[to] == nil then
+    local D = qkeys(prefix, to)
+    if queue_refused(prefix, D, to) then rooms[to] = 0 else rooms[to] = message_room(prefix, D, now) or false end
+  end
   if rooms[to] == false then return true end
   if rooms[to] <= 0 then return false end
   rooms[to] = rooms[to] - 1
