@@ -8,9 +8,9 @@ is 1 and the rest are in no series. A queue's place in that order changes only w
 deleted, so series are stable; a counter of `_other` goes down when a queue leaves it (Prometheus reads
 that as a reset).
 
-The counted quotas (docs/quotas.md): for each project with a queue in a series of its own, its queues, each
-quota in force and its use (the fullest queue's, for `messages_per_queue`), from one read of the project's
-overrides a scrape.
+The counted quotas (docs/quotas.md): for each project with a queue in a series of its own, its queues (all
+of them, counted by the store), each quota in force and its use (for `messages_per_queue`, the fullest of
+its queues with series of their own), from one read of the project's overrides and one count a scrape.
 
 Cost: one read is shared by the scrapes that arrive while it runs, and its answer is reused for
 `cache_seconds`, so parallel scrapes (or several Prometheus servers) cost the store one read a period per
@@ -52,6 +52,7 @@ class Snapshot:
     ok: bool  # every read succeeded
     # the counted quotas (core/quotas.py) of each project with a queue in a series of its own
     quotas: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    queues_held: dict[str, int] = field(default_factory=dict)  # each of those projects' queues, all counted
 
 
 @dataclass(slots=True)
@@ -136,13 +137,15 @@ class StoreGauges:
             except CharonError:
                 ok = False
             quotas: dict[str, dict[str, int | None]] = {}
+            held: dict[str, int] = {}
             for project in dict.fromkeys(q.project for q, _ in queues[: self.max_queues]):
                 try:
                     quotas[project] = self._quotas.of(await store.get_quota(project))
+                    held[project] = await store.count_queues(project)
                 except CharonError:
                     ok = False
                     break
-            snapshot = Snapshot(self._clock.now_ms(), queues, truncated, outbox, ok, quotas)
+            snapshot = Snapshot(self._clock.now_ms(), queues, truncated, outbox, ok, quotas, held)
             self._last, self._read_at = snapshot, time.monotonic()
             return snapshot
         finally:
@@ -257,9 +260,10 @@ class StoreGauges:
         for q, stats in snapshot.queues[: self.max_queues]:
             held.setdefault(q.project, []).append(stats.total)
         for project, totals in held.items():
-            queues.add_metric([project], len(totals))
+            n = snapshot.queues_held.get(project, len(totals))
+            queues.add_metric([project], n)
             counted = snapshot.quotas.get(project, {})
-            for name, used in ((QUEUES, len(totals)), (MESSAGES_PER_QUEUE, max(totals))):
+            for name, used in ((QUEUES, n), (MESSAGES_PER_QUEUE, max(totals))):
                 value = counted.get(name)
                 if value is None:
                     continue

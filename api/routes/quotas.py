@@ -1,7 +1,9 @@
 """Per-project quotas (EXT; docs/quotas.md): `GET /v2/quotas/{project}` shows what the project may do (its
 overrides over the service's defaults); `PUT` sets overrides and `DELETE` removes them, admin only by
-default (policy rules `quotas:update`, `quotas:delete`). A project reads its own quotas under `quotas:get`;
-another project's needs `quotas:get_any` too (the admin role by default)."""
+default (policy rules `quotas:update`, `quotas:delete`). A project reads its own quotas under
+`quotas:get`; another project's needs `quotas:get_any` too (the admin role by default). The counted quotas
+an admin sets apply to the project's topics too, counted apart from its queues (the drivers read them in
+the topics' own space)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from api.schemas import ErrorOut, QuotaIn, QuotaOut, json_body
 from api.state import state_of
 from core.errors import InvalidInput, PolicyDenied
 from core.limits import check_project
+from core.models import topics_of
 from core.quotas import QUEUES, QUOTA, QUOTAS, RATE_OF
 
 QUOTA_BODY_LIMIT = 4096
@@ -83,9 +86,10 @@ async def put_quotas(request: Request, project: Project) -> Response:
     if not body.model_fields_set:
         raise InvalidInput(f"Name at least one quota to set: {', '.join(q.name for q in QUOTAS)}.")
     state = state_of(request)
-    overrides = await state.store.set_quota(
-        project, {name: getattr(body, name) for name in body.model_fields_set}
-    )
+    changes = {name: getattr(body, name) for name in body.model_fields_set}
+    overrides = await state.store.set_quota(project, changes)
+    if counted := {name: value for name, value in changes.items() if QUOTA[name].counted}:
+        await state.store.set_quota(topics_of(project), counted)  # its topics are counted alike, apart
     if state.auth.limiter is not None:
         state.auth.limiter.forget(project)
     return json_response(_shown(request, project, overrides))
@@ -100,6 +104,7 @@ async def delete_quotas(request: Request, project: Project) -> Response:
     project = _project(project)
     state = state_of(request)
     await state.store.delete_quota(project)
+    await state.store.delete_quota(topics_of(project))
     if state.auth.limiter is not None:
         state.auth.limiter.forget(project)
     return Response(status_code=204)

@@ -119,3 +119,15 @@ async def test_bad_counted_quotas_are_refused_by_name(
     assert r.status_code == 400, r.text
     assert set(r.json()) == {"title", "description"}
     assert fragment in r.json()["description"]
+
+
+async def test_an_admins_counted_quotas_apply_to_the_projects_topics_counted_apart(
+    client: httpx.AsyncClient,
+) -> None:
+    assert (await client.put(f"/v2/quotas/{PROJECT}", json={"queues": 1}, headers=ADMIN)).status_code == 200
+    assert (await client.put("/v2/queues/q")).status_code == 201
+    assert (await client.put("/v2/topics/t1")).status_code == 201  # topics are counted apart from queues
+    r = await client.put("/v2/topics/t2")
+    assert (r.status_code, r.json()["quota"]) == (403, "queues")
+    assert (await client.delete(f"/v2/quotas/{PROJECT}", headers=ADMIN)).status_code == 204
+    assert (await client.put("/v2/topics/t2")).status_code == 201

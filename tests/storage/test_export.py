@@ -27,6 +27,7 @@ from storage.mongodb.store import MongoStore
 from storage.redis.keys import ProjectKeys
 from storage.redis.store import cluster_options
 from storage.registry import open_export, open_store
+from tests.conftest import SLOW_SERVER_TIMEOUT_S
 from tests.pipeline.conftest import listed
 from tests.servers import RedisCluster, RedisServer
 
@@ -69,7 +70,8 @@ async def filled(request: pytest.FixtureRequest) -> AsyncIterator[Filled]:
         uri += "?protocol=2"
     namespace = f"x{uuid.uuid4().hex[:10]}"
     clock = ManualClock()
-    store = open_store(uri, namespace=namespace, clock=clock)
+    # the fill is one post of 2,300 messages: on the Python wire server near 5 s when busy
+    store = open_store(uri, namespace=namespace, clock=clock, timeout=SLOW_SERVER_TIMEOUT_S)
     posted_ms = clock.now_ms()
     ids = await post(store, MESSAGES, dict.fromkeys(range(EXPIRED), SHORT_TTL_S))
     deleted = {ids[i] for i in range(EXPIRED, MESSAGES, 97)}
