@@ -40,8 +40,9 @@ import pstats
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from api.state import state_of
@@ -130,6 +131,61 @@ async def measure(
     claimed = claim_blocks * max(1, block // 10)
     counts = {OPS[0]: blocks * block, OPS[1]: claimed, OPS[2]: claimed * 10, OPS[3]: blocks * block}
     return {name: {op: cpu / counts[op] * 1e6 for op, cpu in ops.items()} for name, ops in out.items()}
+
+
+def in_turns(
+    build: Callable[[str], Awaitable[tuple[list[Mode], Any]]],
+    prepare: Callable[[list[Mode]], Awaitable[None]],
+    *,
+    rounds: int,
+    requests: int,
+    block: int,
+    server_clock: bool = False,
+) -> dict[str, list[dict[str, float]]]:
+    """A study's rounds on one private redis-server: `build` the modes (and the store to close), warm each
+    with 50 posts, then each round `prepare` them and `measure` them in turns. Each mode's costs, a dict a
+    round. `server_clock`: count redis-server's CPU (its main thread's, /proc/<pid>/schedstat, ns) too."""
+    from tests.servers import RedisServer
+
+    server = RedisServer().start()
+    assert server.proc is not None
+    schedstat = Path(f"/proc/{server.proc.pid}/schedstat")
+
+    def clock() -> float:
+        return time.process_time() + int(schedstat.read_text().split()[0]) / 1e9
+
+    loop = asyncio.new_event_loop()
+    store = None
+    runs: dict[str, list[dict[str, float]]] = {}
+    try:
+        modes, store = loop.run_until_complete(build(server.url))
+        loop.run_until_complete(prepare(modes))
+        for mode in modes:  # warm: connections, scripts, what the driver and the limiter keep
+            for _ in range(50):
+                loop.run_until_complete(expect(mode, 201, "POST", f"/v2/queues/{mode.queue}/messages", POST))
+        for r in range(rounds):
+            loop.run_until_complete(prepare(modes))
+            costs = loop.run_until_complete(
+                measure(rotated(modes, r), requests, block, clock if server_clock else time.process_time)
+            )
+            for name, cost in costs.items():
+                runs.setdefault(name, []).append(cost)
+            print(f"round {r + 1}/{rounds} done", flush=True)
+    finally:
+        if store is not None:
+            loop.run_until_complete(store.aclose())
+        loop.close()
+        server.stop()
+    return runs
+
+
+def turns_arguments(prog: str, doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """A study's command line: --rounds, --requests, --block."""
+    p = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--requests", type=int, default=3000)
+    p.add_argument("--block", type=int, default=100, help="requests of one mode before the next one's turn")
+    return p.parse_args(argv)
 
 
 async def auth_alone(mode: Mode, calls: int) -> float:

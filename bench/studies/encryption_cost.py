@@ -11,15 +11,12 @@ Run: .venv/bin/python -m bench.studies.encryption_cost [--rounds 9] [--requests 
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import base64
 import json
 import os
 import statistics
 
-from bench.request_cost import POST
-from bench.studies.auth_cost import OPS, Mode, expect, measure, quartiles, reset, rotated
+from bench.studies.auth_cost import OPS, Mode, expect, in_turns, quartiles, reset, turns_arguments
 
 ENCRYPTED = json.dumps({"_enable_encrypt_messages": True}).encode()
 
@@ -53,35 +50,8 @@ async def prepare(modes: list[Mode]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench.studies.encryption_cost", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--requests", type=int, default=3000)
-    p.add_argument("--block", type=int, default=100, help="requests of one queue before the other's turn")
-    args = p.parse_args(argv)
-    from tests.servers import RedisServer
-
-    server = RedisServer().start()
-    loop = asyncio.new_event_loop()
-    runs: dict[str, list[dict[str, float]]] = {"clear": [], "encrypted": []}
-    store = None
-    try:
-        modes, store = loop.run_until_complete(build(server.url))
-        loop.run_until_complete(prepare(modes))
-        for mode in modes:  # warm: connections, scripts, the driver's memory of the encrypting queue
-            for _ in range(50):
-                loop.run_until_complete(expect(mode, 201, "POST", f"/v2/queues/{mode.queue}/messages", POST))
-        for r in range(args.rounds):
-            loop.run_until_complete(prepare(modes))
-            for name, cost in loop.run_until_complete(
-                measure(rotated(modes, r), args.requests, args.block)
-            ).items():
-                runs[name].append(cost)
-            print(f"round {r + 1}/{args.rounds} done", flush=True)
-    finally:
-        if store is not None:
-            loop.run_until_complete(store.aclose())  # type: ignore[attr-defined]
-        loop.close()
-        server.stop()
+    args = turns_arguments("bench.studies.encryption_cost", __doc__, argv)
+    runs = in_turns(build, prepare, rounds=args.rounds, requests=args.requests, block=args.block)
     print(f"\nCPU us a request, median of {args.rounds} rounds (load {os.getloadavg()[0]:.2f})\n")
     print("| operation | clear | encrypted | encrypted / clear (median, quartiles) |")
     print("| --- | --- | --- | --- |")

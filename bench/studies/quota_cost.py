@@ -19,25 +19,15 @@ Run: .venv/bin/python -m bench.studies.quota_cost [--rounds 9] [--requests 3000]
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import statistics
-import time
-from pathlib import Path
 
-from bench.request_cost import POST
-from bench.studies.auth_cost import OPS, Mode, expect, measure, quartiles, reset, rotated
+from bench.studies.auth_cost import OPS, Mode, expect, in_turns, quartiles, reset, turns_arguments
 
 COUNTED = {"queues": 1_000_000, "messages_per_queue": 1_000_000_000}
 RATES = {"reads_per_second": 1_000_000, "writes_per_second": 1_000_000}
 ADMIN = [(b"x-roles", b"admin")]
-
-
-def server_cpu(pid: int) -> float:
-    """CPU seconds the process's main thread has run (schedstat: ns, exact, where stat counts ticks)."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 async def build(redis_url: str) -> tuple[list[Mode], object]:
@@ -64,45 +54,18 @@ async def set_quotas(modes: list[Mode]) -> None:
         await expect(admin, 200, "PUT", f"/v2/quotas/{project}", json.dumps(quotas).encode())
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench.studies.quota_cost", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--requests", type=int, default=3000)
-    p.add_argument("--block", type=int, default=100, help="requests of one project before the next's turn")
-    args = p.parse_args(argv)
-    from tests.servers import RedisServer
+async def prepare(modes: list[Mode]) -> None:
+    """Empty queues, and the projects' quotas (set again: a PUT is cheap, and a first round needs them)."""
+    for mode in modes:
+        await reset(mode)
+    await set_quotas(modes)
 
-    server = RedisServer().start()
-    assert server.proc is not None
-    pid = server.proc.pid
-    loop = asyncio.new_event_loop()
-    runs: dict[str, list[dict[str, float]]] = {"none": [], "counted": [], "all": []}
-    store = None
-    try:
-        modes, store = loop.run_until_complete(build(server.url))
-        loop.run_until_complete(set_quotas(modes))
-        for mode in modes:  # warm: connections, scripts, the limiter's leases
-            for _ in range(50):
-                loop.run_until_complete(expect(mode, 201, "POST", f"/v2/queues/{mode.queue}/messages", POST))
-        for r in range(args.rounds):
-            for mode in modes:
-                loop.run_until_complete(reset(mode))
-            costs = loop.run_until_complete(
-                measure(
-                    rotated(modes, r),
-                    args.requests,
-                    args.block,
-                    lambda: time.process_time() + server_cpu(pid),
-                )
-            )
-            for name, cost in costs.items():
-                runs[name].append(cost)
-            print(f"round {r + 1}/{args.rounds} done", flush=True)
-    finally:
-        if store is not None:
-            loop.run_until_complete(store.aclose())  # type: ignore[attr-defined]
-        loop.close()
-        server.stop()
+
+def main(argv: list[str] | None = None) -> int:
+    args = turns_arguments("bench.studies.quota_cost", __doc__, argv)
+    runs = in_turns(
+        build, prepare, rounds=args.rounds, requests=args.requests, block=args.block, server_clock=True
+    )
     print(f"\nCPU us a request (app and redis-server), median of {args.rounds} rounds")
     print(f"(load {os.getloadavg()[0]:.2f})\n")
     print("| operation | none | counted | all | counted / none | all / none (median, quartiles) |")
