@@ -9,6 +9,7 @@ the bucket held. A process leases several tokens a take (service/ratelimit.py), 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ from core.quotas import MAX_SKEW_MS, Bucket, Grant
 from storage.mongodb.schema import BUCKET, PROJECT_QUOTA, Collections
 
 TAKE_ATTEMPTS = 50  # reads of a bucket one take may make while other takes win the race
+COUNTED_CACHE_S = 1.0  # how long a process keeps a project's counted quotas
+MAX_CACHED = 10_000  # projects whose counted quotas a process keeps (then it forgets them all)
 
 
 async def get(c: Collections, project: str) -> dict[str, float]:
@@ -28,8 +31,18 @@ async def get(c: Collections, project: str) -> dict[str, float]:
 
 
 async def counted(c: Collections, project: str) -> dict[str, int | None]:
-    """The project's counted quotas (core/quotas.py): its overrides over the driver's defaults."""
-    return c.counted.of(await get(c, project))
+    """The project's counted quotas (core/quotas.py): its overrides over the driver's defaults, read at most
+    once every COUNTED_CACHE_S per process (a post or a move would read them every time): a change made
+    through this process applies at once, one made through another within that time."""
+    now = time.monotonic()
+    cached = c.counted_cache.get(project)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    quotas = c.counted.of(await get(c, project))
+    if len(c.counted_cache) >= MAX_CACHED:
+        c.counted_cache.clear()
+    c.counted_cache[project] = (now + COUNTED_CACHE_S, quotas)
+    return quotas
 
 
 async def put(c: Collections, project: str, overrides: Mapping[str, float | None]) -> dict[str, float]:
@@ -51,6 +64,7 @@ async def put(c: Collections, project: str, overrides: Mapping[str, float | None
         upsert=True,
         return_document=ReturnDocument.AFTER,
     )
+    c.counted_cache.pop(project, None)  # after the write: a read meanwhile may have kept the old values
     return {k: float(v) for k, v in ((doc or {}).get(PROJECT_QUOTA.QUOTA) or {}).items()}
 
 
@@ -58,6 +72,7 @@ async def delete(c: Collections, project: str) -> None:
     await c.quotas.update_one(
         {PROJECT_QUOTA.ID: project}, {"$unset": {PROJECT_QUOTA.QUOTA: "", PROJECT_QUOTA.RATE: ""}}
     )
+    c.counted_cache.pop(project, None)
 
 
 async def take(

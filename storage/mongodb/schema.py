@@ -394,6 +394,8 @@ class Collections:
     quotas: AsyncCollection[dict[str, Any]]
     defaults: DeadLetterDefaults = field(default_factory=DeadLetterDefaults)
     counted: Counted = field(default_factory=Counted)  # the counted quotas' defaults (core/quotas.py)
+    # project -> (until, monotonic s; its counted quotas): storage/mongodb/quotas.py counted()
+    counted_cache: dict[str, tuple[float, dict[str, int | None]]] = field(default_factory=dict)
 
     @classmethod
     def of(

@@ -32,7 +32,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from core.quotas import MESSAGES_PER_QUEUE, READS, WRITES
+from core.quotas import READS, WRITES
 from core.sealing import Keyring
 from storage.mongodb import schema
 from storage.mongodb.store import MongoStore
@@ -156,7 +156,8 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _max_message_ttl=7200,
         _enable_encrypt_messages=True,
     )
-    quota = {"reads_per_second": 1.0, "writes_per_second": 2.0, "queues": 100, "subscriptions": 100}
+    counted = {"queues": 100, "messages_per_queue": 100, "subscriptions": 100}  # posts: transactions
+    quota = {"reads_per_second": 1.0, "writes_per_second": 2.0, **counted}
     await store.set_quota(Q.project, quota)
     for bucket in (READS, WRITES):
         await store.take_tokens(Q.project, bucket, want=1, rate=1.0, capacity=2)
@@ -175,9 +176,6 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         Q, unconfirmed, subscriber="https://b.example", ttl=60, options={}, confirmed=False, max_per_queue=10
     )
     [rejected, *_] = await post(store, Q, "a", "b", "c")
-    # from here on, posts are counted too (set_quota would empty the buckets the takes above filled)
-    counted = {f"{schema.PROJECT_QUOTA.QUOTA}.{MESSAGES_PER_QUEUE}": 100}
-    await store.collections.quotas.update_one({schema.PROJECT_QUOTA.ID: Q.project}, {"$set": counted})
     await post(store, Q, "never a dead letter", eligible=False)
     once = Idempotency(key="post-1", fingerprint="f" * 64, window_ms=60_000)
     await store.post_messages(
