@@ -190,7 +190,8 @@ def test_sweepers_of_several_worker_processes_move_each_message_once(storage_uri
     env = {"CHARON_LIMITS__MIN_CLAIM_TTL": "1", "CHARON_SWEEP_INTERVAL": "0.1", "CHARON_WORKERS": "2"}
     service = CharonProcess(storage_uri, namespace=f"w{os.urandom(4).hex()}", env=env).start()
     try:
-        with httpx.Client(base_url=service.url, headers=HEADERS) as c:
+        # two workers' sweepers every 0.1 s on the Python wire server: a claim may take seconds
+        with httpx.Client(base_url=service.url, headers=HEADERS, timeout=30) as c:
             c.put("/v2/queues/lapse", json={"_max_claim_count": 1, "_dead_letter_queue": "lapse.dlq"})
             for _ in range(10):
                 c.post("/v2/queues/lapse/messages", json={"messages": [{"body": n} for n in range(20)]})

@@ -58,6 +58,8 @@ def service(keystone: KeystoneServer, redis_url: str) -> Iterator[Service]:
     env = {f"CHARON_KEYSTONE__{key.upper()}": value for key, value in creds.items()}
     env |= {
         "CHARON_AUTH": "keystone",
+        # the test Keystone (one gunicorn, SQLite) can take seconds when the CLI's processes log in at once
+        "CHARON_KEYSTONE__TIMEOUT": "30",
         "CHARON_SIGNED_URL_KEY": SIGNING_KEY,
         "CHARON_ADMIN_MODE": "true",
         "CHARON_POOLING": "true",
@@ -350,7 +352,7 @@ def openstack(keystone: KeystoneServer, user: str, project: str, *args: str) -> 
         "OS_PROJECT_DOMAIN_NAME": DOMAIN_NAME,
         "OS_IDENTITY_API_VERSION": "3",
     }
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [str(OPENSTACK), "messaging", *args],
         env=env,
         stdin=subprocess.DEVNULL,
@@ -358,6 +360,25 @@ def openstack(keystone: KeystoneServer, user: str, project: str, *args: str) -> 
         stderr=subprocess.PIPE,
         text=True,
     )
+    STARTED.append(proc)
+    return proc
+
+
+STARTED: list[subprocess.Popen[str]] = []  # every `openstack` started, reaped after its test (reap_cli)
+
+
+@pytest.fixture(autouse=True)
+def reap_cli() -> Iterator[None]:
+    """Every `openstack` a test started is ended and its pipes closed, even when the test failed before it
+    waited for them (their pipes would otherwise be reported unclosed in whatever test runs next)."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        if proc.stdout is not None and not proc.stdout.closed:
+            proc.communicate(timeout=30)
+        proc.wait(timeout=30)
 
 
 def done(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
