@@ -27,6 +27,7 @@ import httpx
 import redis
 
 from app.embedded import die_with_parent
+from app.settings import Settings
 
 # --- Tethered processes -------------------------------------------------------------------------------------
 
@@ -335,16 +336,25 @@ class CharonProcess:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        """SIGTERM, and the process must exit within 15 s (a shutdown that hangs is a defect: it is killed,
-        so that it does not outlive the test, and the test fails)."""
+        """SIGTERM, and the process must exit within its shutdown timeout (requests in flight get that long)
+        and 10 s more (a shutdown that hangs is a defect: it is killed, so that it does not outlive the
+        test, and the test fails)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
+            allowed = (
+                float(
+                    self.env.get("CHARON_SHUTDOWN_TIMEOUT", Settings.model_fields["shutdown_timeout"].default)
+                )
+                + 10
+            )
             try:
-                self.proc.wait(15)
+                self.proc.wait(allowed)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-                raise AssertionError(f"charon on :{self.port} did not exit in 15 s after SIGTERM") from None
+                raise AssertionError(
+                    f"charon on :{self.port} did not exit in {allowed:g} s after SIGTERM"
+                ) from None
 
 
 class SparkStandalone:
