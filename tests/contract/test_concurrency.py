@@ -50,9 +50,10 @@ async def test_concurrent_claim_release_dead_letters_each_message_once(store: St
                 return
             await store.release_claim(Q, result.claim.id)
 
-    # on SecantusDB (scale < 1: 200 messages) 20 claimers, as many claims of 10 as there are messages: each
-    # message is still raced for, in a third of the time 50 take there
-    await asyncio.gather(*(claim_and_release() for _ in range(50 if scale == 1 else 20)))
+    # on SecantusDB (scale < 1: 200 messages) 4 claimers: each message is still raced for. SecantusDB's
+    # throughput falls as writers conflict (20 claimers took 3 times as long as 4, and under a loaded CI
+    # one release waited out the 60 s store timeout behind the others' transactions)
+    await asyncio.gather(*(claim_and_release() for _ in range(50 if scale == 1 else 4)))
     assert (await store.stats(Q)).total == 0
     assert (await store.stats(Q)).dead_lettered == len(posted)
     moved = []
