@@ -7,7 +7,11 @@ Starts, each on free loopback ports:
     management stores, `auth_strategy` empty, served by gunicorn with 4 workers (bench/README.md shows the
     exact configuration);
   - RabbitMQ (Debian's rabbitmq-server), a private broker (bench/rabbitmq.py);
-  - for ping only: bench/bare_app.py, a bare FastAPI app served the way Charon is.
+  - for ping only: bench/bare_app.py, a bare FastAPI app served the way Charon is;
+  - Charon twice more, as its variants (VARIANTS; --variants none leaves them out): `charon quotas`, every
+    counted quota and request rate set far above what the bench uses (so each request is counted and none
+    refused), and `charon encrypted`, a key set and each queue made with `_enable_encrypt_messages`. They
+    run produce and pipeline, and the report gives their server CPU a message against plain Charon's.
 Then runs each workload of bench/loadgen.py (HTTP) against Charon and Zaqar and of bench/amqp.py (aio-pika)
 against RabbitMQ, one after the other, each in a fresh process that reads the servers' CPU around its timed
 phase, and prints the results and the targets of issues 8 and 20 as Markdown (bench/report.py). A run that
@@ -19,14 +23,16 @@ Run: make bench            (or: .venv/bin/python -m bench.compare [--quick] [--p
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +44,8 @@ from bench.rabbitmq import RabbitMQ, release
 from bench.report import (
     BARE,
     CHARON,
+    CHARON_ENCRYPTED,
+    CHARON_QUOTAS,
     CHARON_WS,
     LONG,
     RABBITMQ,
@@ -62,6 +70,25 @@ PING_HEADERS = {
     "Client-ID": "3381af92-2b9e-11e3-b191-71861300734c",
     "X-Project-ID": "bench",
 }  # Zaqar wants both
+HIGH = {"QUEUES": 10**6, "MESSAGES_PER_QUEUE": 10**9, "MESSAGE_BYTES": 10**15, "SUBSCRIPTIONS": 10**6}
+HIGH |= {"READS_PER_SECOND": 10**6, "WRITES_PER_SECOND": 10**6}
+BENCH_KEY = "bench:" + base64.b64encode(bytes(range(32))).decode()  # a key for the bench's throwaway data
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Charon with settings of a feature that costs per request on: its environment, and the metadata its
+    queues are made with."""
+
+    env: dict[str, str]
+    queue_metadata: dict[str, Any] | None = None
+
+
+VARIANTS = {
+    CHARON_QUOTAS: Variant({f"CHARON_QUOTAS__{name}": str(value) for name, value in HIGH.items()}),
+    CHARON_ENCRYPTED: Variant({"CHARON_ENCRYPTION__KEYS": BENCH_KEY}, {"_enable_encrypt_messages": True}),
+}
+VARIANT_WORKLOADS = ("produce", "pipeline")
 ZAQAR_CONF = """\
 [DEFAULT]
 auth_strategy =
@@ -155,13 +182,20 @@ def start_zaqar(stack: contextlib.ExitStack, workdir: Path) -> System:
     return System(zaqar.url, [_pid(zaqar.proc), _pid(redis.proc)], redis.url)
 
 
-def start_charon(stack: contextlib.ExitStack, workdir: Path, workers: int) -> System:
+def start_charon(
+    stack: contextlib.ExitStack,
+    workdir: Path,
+    workers: int,
+    name: str = CHARON,
+    extra: dict[str, str] | None = None,
+) -> System:
     redis = RedisServer().start()
     stack.callback(redis.stop)
     port = free_port()
-    env = dict(os.environ, CHARON_STORAGE_URI=redis.url, CHARON_PORT=str(port))
+    env = dict(os.environ, CHARON_STORAGE_URI=redis.url, CHARON_PORT=str(port), **(extra or {}))
     argv = [sys.executable, "-m", "app.cli", "serve", "--workers", str(workers), "--log-level", "warning"]
-    charon = stack.enter_context(Service("charon", argv, env, port, workdir / "charon.log"))
+    log = workdir / f"{name.replace(' ', '-')}.log"
+    charon = stack.enter_context(Service(name, argv, env, port, log))
     return System(charon.url, [_pid(charon.proc), _pid(redis.proc)], redis.url)
 
 
@@ -172,13 +206,23 @@ def start_rabbitmq(stack: contextlib.ExitStack) -> System:
 
 
 @contextlib.contextmanager
-def services(workdir: Path, charon_workers: int, peers: list[str]) -> Iterator[dict[str, System]]:
-    """Charon and each of `peers` (zaqar, rabbitmq), running, stopped after whatever happened. A peer that
-    does not start is a System with `failed` set: its runs are reported failed and the others go on."""
+def services(
+    workdir: Path, charon_workers: int, peers: list[str], variants: Sequence[str] = ()
+) -> Iterator[dict[str, System]]:
+    """Charon, each of `variants` of it and each of `peers` (zaqar, rabbitmq), running, stopped after
+    whatever happened. One that does not start is a System with `failed` set: its runs are reported failed
+    and the others go on."""
     with contextlib.ExitStack() as stack:
         running = {CHARON: start_charon(stack, workdir, charon_workers)}
-        starters = {ZAQAR: lambda: start_zaqar(stack, workdir), RABBITMQ: lambda: start_rabbitmq(stack)}
-        for peer in peers:
+        starters: dict[str, Callable[[], System]] = {
+            ZAQAR: lambda: start_zaqar(stack, workdir),
+            RABBITMQ: lambda: start_rabbitmq(stack),
+        }
+        for name in variants:
+            starters[name] = functools.partial(
+                start_charon, stack, workdir, charon_workers, name, VARIANTS[name].env
+            )
+        for peer in [*variants, *peers]:
             try:
                 running[peer] = starters[peer]()
             except Exception as e:  # the bench goes on without it
@@ -261,6 +305,10 @@ def plan(
         }[workload]
         for name in http:
             yield workload, name, "bench.loadgen", running[name], options
+        for name in args.variants if workload in VARIANT_WORKLOADS else []:
+            metadata = VARIANTS[name].queue_metadata
+            extra = ["--queue-metadata", json.dumps(metadata)] if metadata else []
+            yield workload, name, "bench.loadgen", running[name], [*options, *extra]
         if workload in ("produce", "pipeline") and CHARON in running:  # beside HTTP: Zaqar's websocket
             yield workload, CHARON_WS, "bench.loadgen", running[CHARON], [*options, "--transport", "ws"]
         if amqp is not None and workload in ("produce", "pipeline", "dlq"):
@@ -273,7 +321,7 @@ def run(args: argparse.Namespace) -> Results:
     results: Results = {}
     with tempfile.TemporaryDirectory(prefix="charon-bench-") as tmp:
         workdir = Path(tmp)
-        with services(workdir, args.workers, args.peers) as running:
+        with services(workdir, args.workers, args.peers, args.variants) as running:
             for workload, label, module, system, options in plan(args, running):
                 amqp_workload = "produce-one" if label == RABBITMQ_ONE else workload
                 results.setdefault(workload, {})[label] = generator(module, system, amqp_workload, *options)
@@ -288,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--peers", default=",".join(PEERS), help="peers beside Charon (default: zaqar,rabbitmq)")
+    p.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="Charon's variants beside it, for produce and pipeline (default: quotas,encrypted; none: no "
+        "variant)",
+    )
     p.add_argument("--messages", type=int, default=20_000, help="per run (5x that for produce)")
     p.add_argument("--depth-big", type=int, default=1_000_000)
     p.add_argument("--workers", type=int, default=2, help="Charon worker processes (default 2)")
@@ -298,7 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     args.peers = [w.strip() for w in args.peers.split(",") if w.strip()]
-    if unknown := set(args.workloads) - set(WORKLOADS) or set(args.peers) - set(PEERS):
+    variants = [f"charon {w.strip()}" for w in args.variants.split(",") if w.strip() not in ("", "none")]
+    args.variants = variants
+    if (
+        unknown := set(args.workloads) - set(WORKLOADS)
+        or set(args.peers) - set(PEERS)
+        or set(variants) - set(VARIANTS)
+    ):
         p.error(f"unknown workloads or peers: {', '.join(sorted(unknown))}")
     results = run(args)
     if args.json:

@@ -508,6 +508,8 @@ async def set_metadata(conn: Connection, queue: str, metadata: dict[str, Any]) -
 
 async def produce(client: Client, args: argparse.Namespace, run: str) -> dict[str, Any]:
     queue = f"produce-{run}"
+    if args.queue_metadata:
+        await set_metadata(client.untimed(), queue, json.loads(args.queue_metadata))
     phase = client.meter.start()
     start = time.perf_counter()
     await post_all(client, queue, args.messages, run, args.concurrency, timed=True, keyed=args.idempotency)
@@ -526,6 +528,8 @@ async def pipeline(
     client: Client, args: argparse.Namespace, run: str, *, bulk: bool = False
 ) -> dict[str, Any]:
     queue = f"pipeline-{run}"
+    if args.queue_metadata:
+        await set_metadata(client.untimed(), queue, json.loads(args.queue_metadata))
     await post_all(client, queue, args.messages, run, args.concurrency, timed=False)
     phase = client.meter.start()
     start = time.perf_counter()
@@ -853,6 +857,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", default="bench")
     p.add_argument(
         "--idempotency", action="store_true", help="produce: every post carries an Idempotency-Key of its own"
+    )
+    p.add_argument(
+        "--queue-metadata",
+        help="produce, pipeline, pipeline-bulk: a JSON object the queue is made with first (e.g. "
+        "'{\"_enable_encrypt_messages\": true}')",
     )
     p.add_argument("--server-pids", default="", help="pids (comma-separated) of the server processes")
     p.add_argument("--redis-url", help="idle: the service's redis-server, to count its commands")

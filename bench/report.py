@@ -18,6 +18,9 @@ CHARON, ZAQAR, RABBITMQ, BARE = "charon", "zaqar", "rabbitmq", "bare_fastapi"
 RABBITMQ_ONE = "rabbitmq one-by-one"
 CHARON_WS = "charon websocket"  # Charon's timed requests as Zaqar's websocket actions (bench/loadgen.py)
 LONG, SHORT, ZAQAR_SHORT = "charon long poll", "charon short poll", "zaqar short poll"
+# Charon with every counted quota and request rate set (far above what the bench uses, so all is counted and
+# nothing refused), and Charon with its queues encrypted at rest (bench/compare.py VARIANTS)
+CHARON_QUOTAS, CHARON_ENCRYPTED = "charon quotas", "charon encrypted"
 CLIENT_BOUND = 0.7  # the load generator (one Python process) used this share of a core or more
 
 
@@ -248,6 +251,19 @@ def _notes(results: Results) -> list[str]:
             + "; ".join(bound)
             + "."
         )
+    costs = []
+    for workload, by_system in results.items():
+        plain = by_system.get(CHARON, {}).get("server_cpu_us_per_msg")
+        for variant in (CHARON_QUOTAS, CHARON_ENCRYPTED):
+            cpu = by_system.get(variant, {}).get("server_cpu_us_per_msg")
+            if plain and cpu:
+                costs.append(f"{workload} {variant.removeprefix('charon ')} {cpu / plain:.2f}")
+    if costs:
+        out.append(
+            "Variants, server CPU a message against plain Charon in this run (quotas: every counted quota "
+            "and request rate set; encrypted: the queues encrypt at rest): " + "; ".join(costs) + "."
+        )
+        out.append("")
     for system, r in results.get("dlq", {}).items():
         if "failed" not in r:
             after = r.get("dlq_claimable_after_s", r.get("dlq_first_delivery_after_s"))

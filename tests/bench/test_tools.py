@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis as redis_lib
 
 from bench import amqp, compare, cpu, layers, loadgen, rabbitmq, report, request_cost, revisions
 from tests.servers import CharonProcess, RedisServer
@@ -147,6 +149,34 @@ def test_layers_divide_a_request(tmp_path: Path) -> None:
     assert "| framework |" in done.stdout
 
 
+def test_the_variants_run_beside_charon_and_are_reported_against_it(tmp_path: Path) -> None:
+    """compare.services starts Charon and its variants (each on a redis-server of its own), compare.plan
+    points produce at each (the encrypted one's queue made encrypting), and the report gives each variant's
+    cost against plain Charon's. The encrypted variant's store holds no clear body."""
+    args = argparse.Namespace(
+        quick=True, workloads=["produce"], messages=40, depth_big=0, variants=list(compare.VARIANTS)
+    )
+    with compare.services(tmp_path, 1, [], args.variants) as running:
+        results: report.Results = {}
+        for workload, label, module, system, options in compare.plan(args, running):
+            options[options.index("--messages") + 1] = "40"
+            results.setdefault(workload, {})[label] = compare.generator(module, system, workload, *options)
+        for label, r in results["produce"].items():
+            assert "failed" not in r, (label, r)
+            assert (r["lost"], r["duplicated"]) == (0, 0), (label, r)
+        assert results["produce"].keys() >= {report.CHARON, report.CHARON_QUOTAS, report.CHARON_ENCRYPTED}
+        store = redis_lib.Redis.from_url(str(running[report.CHARON_ENCRYPTED].redis_url))
+        bodies = [store.hget(key, "b") for key in store.scan_iter(match="*:m:*", count=1000)]
+        assert len(bodies) >= 40
+        assert all(isinstance(b, bytes) and b.startswith(b"\x01") for b in bodies), bodies[:3]  # sealed
+        assert str(running[report.CHARON_QUOTAS].redis_url) != str(
+            running[report.CHARON].redis_url
+        )  # a store each
+    notes = report.markdown(results, "variants")
+    assert "| produce | charon quotas |" in notes
+    assert re.search(r"produce quotas \d+\.\d\d; produce encrypted \d+\.\d\d", notes), notes
+
+
 def test_command_lines() -> None:
     """What needs RabbitMQ or Zaqar (neither runs here): compare's arguments and its plan of runs, the AMQP
     load generator's arguments."""
@@ -157,7 +187,9 @@ def test_command_lines() -> None:
         compare.main(["--workloads", "produce,nonsense"])
     assert ended.value.code == 2
 
-    args = argparse.Namespace(quick=True, workloads=list(compare.WORKLOADS), messages=0, depth_big=0)
+    args = argparse.Namespace(
+        quick=True, workloads=list(compare.WORKLOADS), messages=0, depth_big=0, variants=[]
+    )
     systems = {name: compare.System(f"http://{name}", []) for name in (report.CHARON, report.ZAQAR)}
     systems[report.RABBITMQ] = compare.System("amqp://rabbitmq", [])
     runs = list(compare.plan(args, systems))
