@@ -348,8 +348,8 @@ class QuotaOut(BaseModel):
     defaults: dict[str, float | None] = Field(description="The service's defaults (CHARON_QUOTAS__*).")
     use: dict[str, int] | None = Field(
         None,
-        description="GET only: what the project holds of its counted quotas, `queues`; a queue's messages "
-        "are in its stats (`messages_per_queue` applies to each).",
+        description="GET only: what the project holds of its counted quotas, `queues` and `message_bytes`; "
+        "a queue's messages are in its stats (`messages_per_queue` applies to each).",
     )
 
 
@@ -585,7 +585,8 @@ class ErrorOut(BaseModel):
     rule: str | None = Field(None, description="403 from the policy: the rule that refused the caller.")
     quota: str | None = Field(
         None,
-        description="403 past a counted quota (docs/quotas.md): its name, `queues` or `messages_per_queue`.",
+        description="403 past a counted quota (docs/quotas.md): its name, `queues`, `messages_per_queue`, "
+        "`message_bytes` or `subscriptions`.",
     )
 
 

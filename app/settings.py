@@ -35,7 +35,7 @@ from api.keystone import KeystoneSettings
 from app.http import HttpSettings
 from core.limits import Limits
 from core.metadata import DeadLetterDefaults, check_template
-from core.quotas import MAX_COUNT, Counted
+from core.quotas import MAX_BYTES, MAX_COUNT, Counted
 from core.sealing import Keyring
 from service.delivery import NotificationSettings
 from storage.base import DEFAULT_TIMEOUT_S
@@ -124,6 +124,14 @@ class QuotaSettings(BaseModel):
         "and stores nothing, a dead-letter move into a full DLQ discards and counts. Unset: no limit, but "
         "for projects an admin gave one.",
     )
+    message_bytes: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_BYTES,
+        description="Bytes the bodies of each project's messages may take over all its queues (as stored; "
+        "expired ones not); a post that would pass it answers 403 and stores nothing. Unset: no limit, but "
+        "for projects an admin gave one.",
+    )
     subscriptions: int | None = Field(
         None,
         ge=0,
@@ -150,7 +158,10 @@ class QuotaSettings(BaseModel):
     def counted(self) -> Counted:
         """The counted quotas' defaults, as the drivers take them."""
         return Counted(
-            queues=self.queues, messages_per_queue=self.messages_per_queue, subscriptions=self.subscriptions
+            queues=self.queues,
+            messages_per_queue=self.messages_per_queue,
+            message_bytes=self.message_bytes,
+            subscriptions=self.subscriptions,
         )
 
 

@@ -7,10 +7,11 @@ field a row); a project's overrides are stored by the driver (storage/base.py Qu
 defaults. The API's body model, which validates an override (api/schemas.py QuotaIn), is derived from the
 rows; tests/api/test_quotas.py holds the settings' fields to them.
 
-Counted quotas (`queues`, `messages_per_queue`, `subscriptions`) bound what a project keeps in the store.
-They are counted by the driver in the same atomic step that would cross them, from what the store holds
-(Redis: the project's queue index, a queue's expiry index, the project's subscriptions by expiry; MongoDB:
-an index count in a transaction), so there is no counter to drift. The driver reads a project's overrides
+Counted quotas (`queues`, `messages_per_queue`, `message_bytes`, `subscriptions`) bound what a project keeps
+in the store. They are counted by the driver in the same atomic step that would cross them, from what the
+store holds (Redis: the project's queue index, a queue's expiry index, the project's message sizes by expiry,
+the project's subscriptions by expiry; MongoDB: an index count or sum in a transaction), so there is no
+counter to drift. The driver reads a project's overrides
 itself and gets the defaults at construction (Counted).
 
 Rates: each project has two token buckets, `reads` (GET and HEAD) and `writes` (every other method), each
@@ -32,7 +33,8 @@ READS: Bucket = "reads"
 WRITES: Bucket = "writes"
 READ_METHODS = frozenset({"GET", "HEAD"})
 MAX_RATE = 1_000_000.0  # requests a second
-MAX_COUNT = 1_000_000_000  # the largest counted quota (queues, messages)
+MAX_COUNT = 1_000_000_000  # the largest counted quota of things (queues, messages)
+MAX_BYTES = 10**15  # the largest `message_bytes` (a petabyte; below 2^53, Lua's exact integers)
 # How far apart the API processes' clocks may be for a bucket to believe a last take in its future (then it
 # is kept, so the time between is not refilled twice); one further ahead is replaced by the taker's now.
 MAX_SKEW_MS = 1000
@@ -93,6 +95,17 @@ QUOTAS: tuple[Quota, ...] = (
         counted=True,
     ),
     Quota(
+        "message_bytes",
+        "Bytes the bodies of the project's messages may take, over all its queues and DLQs (each body as "
+        "stored: its JSON text, or the sealed text where the queue encrypts; expired messages not). A post "
+        "that would pass it answers 403 and stores none of its messages. Moves and redrives never add to "
+        "it, but a message that expired into its DLQ lives, and counts, again.",
+        0,
+        MAX_BYTES,
+        "bytes",
+        counted=True,
+    ),
+    Quota(
         "subscriptions",
         "Subscriptions the project may have, over all its queues (expired ones not). Subscribing once more "
         "answers 403; a subscriber that is already subscribed to the queue is answered as before.",
@@ -106,6 +119,7 @@ QUOTA = {q.name: q for q in QUOTAS}
 SUBSCRIPTIONS = "subscriptions"
 QUEUES = "queues"
 MESSAGES_PER_QUEUE = "messages_per_queue"
+MESSAGE_BYTES = "message_bytes"
 COUNTED = tuple(q.name for q in QUOTAS if q.counted)
 RATE_OF: dict[Bucket, str] = {q.bucket: q.name for q in QUOTAS if q.bucket is not None}
 
@@ -134,6 +148,7 @@ class Counted:
 
     queues: int | None = None
     messages_per_queue: int | None = None
+    message_bytes: int | None = None
     subscriptions: int | None = None
 
     def of(self, overrides: Mapping[str, float]) -> dict[str, int | None]:

@@ -10,7 +10,8 @@ that as a reset).
 
 The counted quotas (docs/quotas.md): for each project with a queue in a series of its own, its queues (all
 of them, counted by the store), each quota in force and its use (for `messages_per_queue`, the fullest of
-its queues with series of their own), from one read of the project's overrides and one count a scrape.
+its queues with series of their own), from one read of the project's overrides and one count a scrape (and,
+under a `message_bytes` quota, the bytes it holds: a sum over its messages on MongoDB).
 
 Cost: one read is shared by the scrapes that arrive while it runs, and its answer is reused for
 `cache_seconds`, so parallel scrapes (or several Prometheus servers) cost the store one read a period per
@@ -31,7 +32,7 @@ from prometheus_client.metrics_core import Metric
 from core.clock import Clock
 from core.errors import CharonError
 from core.models import DeadLetterReason, QueueRef, QueueStats
-from core.quotas import MESSAGES_PER_QUEUE, QUEUES, Counted
+from core.quotas import MESSAGE_BYTES, MESSAGES_PER_QUEUE, QUEUES, Counted
 from service.metrics import SWEEPER_LAST_SWEEP_NAME, collect_processes
 from storage.base import Store
 
@@ -53,6 +54,7 @@ class Snapshot:
     # the counted quotas (core/quotas.py) of each project with a queue in a series of its own
     quotas: dict[str, dict[str, int | None]] = field(default_factory=dict)
     queues_held: dict[str, int] = field(default_factory=dict)  # each of those projects' queues, all counted
+    bytes_held: dict[str, int] = field(default_factory=dict)  # those under a `message_bytes` quota: their use
 
 
 @dataclass(slots=True)
@@ -138,14 +140,17 @@ class StoreGauges:
                 ok = False
             quotas: dict[str, dict[str, int | None]] = {}
             held: dict[str, int] = {}
+            bytes_held: dict[str, int] = {}
             for project in dict.fromkeys(q.project for q, _ in queues[: self.max_queues]):
                 try:
                     quotas[project] = self._quotas.of(await store.get_quota(project))
                     held[project] = await store.count_queues(project)
+                    if quotas[project][MESSAGE_BYTES] is not None:  # a sum over its messages on MongoDB
+                        bytes_held[project] = await store.held_bytes(project)
                 except CharonError:
                     ok = False
                     break
-            snapshot = Snapshot(self._clock.now_ms(), queues, truncated, outbox, ok, quotas, held)
+            snapshot = Snapshot(self._clock.now_ms(), queues, truncated, outbox, ok, quotas, held, bytes_held)
             self._last, self._read_at = snapshot, time.monotonic()
             return snapshot
         finally:
@@ -247,13 +252,15 @@ class StoreGauges:
         )
         limit = GaugeMetricFamily(
             "charon_quota_limit",
-            "A counted quota in force for the project (queues, messages_per_queue); none: no limit.",
+            "A counted quota in force for the project (queues, messages_per_queue, message_bytes); none: no "
+            "limit.",
             labels=["project", "quota"],
         )
         use = GaugeMetricFamily(
             "charon_quota_use_ratio",
             "Use of a counted quota: queues over `queues`; the fullest queue's messages over "
-            "`messages_per_queue`. At 1, creations (or that queue's posts) are refused.",
+            "`messages_per_queue`; the bytes of the project's messages over `message_bytes`. At 1, creations "
+            "(or that queue's posts, or the project's) are refused.",
             labels=["project", "quota"],
         )
         held: dict[str, list[int]] = {}
@@ -263,7 +270,10 @@ class StoreGauges:
             n = snapshot.queues_held.get(project, len(totals))
             queues.add_metric([project], n)
             counted = snapshot.quotas.get(project, {})
-            for name, used in ((QUEUES, n), (MESSAGES_PER_QUEUE, max(totals))):
+            uses = [(QUEUES, n), (MESSAGES_PER_QUEUE, max(totals))]
+            if project in snapshot.bytes_held:
+                uses.append((MESSAGE_BYTES, snapshot.bytes_held[project]))
+            for name, used in uses:
                 value = counted.get(name)
                 if value is None:
                     continue

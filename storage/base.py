@@ -105,6 +105,9 @@ class QueueStore(Protocol):
     async def count_queues(self, project: str) -> int:
         """How many queues `project` has (its use of the `queues` quota)."""
 
+    async def held_bytes(self, project: str) -> int:
+        """The bytes of the bodies of `project`'s live messages, as stored (its use of `message_bytes`)."""
+
     async def delete_queue(self, q: QueueRef) -> None:
         """Delete the queue and its messages. Deleting a missing queue is not an error."""
 

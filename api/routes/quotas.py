@@ -21,7 +21,7 @@ from api.state import state_of
 from core.errors import InvalidInput, PolicyDenied
 from core.limits import check_project
 from core.models import topics_of
-from core.quotas import QUEUES, QUOTA, QUOTAS, RATE_OF
+from core.quotas import MESSAGE_BYTES, QUEUES, QUOTA, QUOTAS, RATE_OF
 
 QUOTA_BODY_LIMIT = 4096
 READ_ANY = "quotas:get_any"
@@ -69,7 +69,7 @@ async def get_quotas(request: Request, project: Project) -> Response:
     store = state_of(request).store
     overrides = await store.get_quota(project)
     shown = _shown(request, project, overrides)
-    shown["use"] = {QUEUES: await store.count_queues(project)}
+    shown["use"] = {QUEUES: await store.count_queues(project), MESSAGE_BYTES: await store.held_bytes(project)}
     return json_response(shown)
 
 

@@ -4,8 +4,8 @@ GETs of 10 messages), driven through the app's ASGI callable on one private redi
 of one app:
 
 - `none`: no quota (the build with them off: the service's defaults are unset);
-- `counted`: `queues` and `messages_per_queue` set (high enough never to refuse), so every post counts the
-  queue's messages in its script;
+- `counted`: `queues`, `messages_per_queue` and `message_bytes` set (high enough never to refuse), so every
+  post counts the queue's messages and the project's bytes in its script;
 - `all`: those and both request rates (high enough never to refuse), so every request also spends a leased
   token.
 
@@ -25,7 +25,7 @@ import statistics
 
 from bench.studies.auth_cost import OPS, Mode, expect, in_turns, quartiles, reset, turns_arguments
 
-COUNTED = {"queues": 1_000_000, "messages_per_queue": 1_000_000_000}
+COUNTED = {"queues": 1_000_000, "messages_per_queue": 1_000_000_000, "message_bytes": 10**15}
 RATES = {"reads_per_second": 1_000_000, "writes_per_second": 1_000_000}
 ADMIN = [(b"x-roles", b"admin")]
 

@@ -17,7 +17,7 @@ next marker is posted and deleted: its write then lands below markers already se
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pymongo import ReturnDocument
@@ -26,7 +26,7 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from core.errors import OutcomeUnknown, StorageUnavailable
 from core.models import MessageStamp, QueueRef, QueueStats
-from core.quotas import MESSAGES_PER_QUEUE, QUEUES, exceeded
+from core.quotas import MESSAGE_BYTES, MESSAGES_PER_QUEUE, QUEUES, exceeded
 from storage.mongodb import quotas
 from storage.mongodb.errors import after_commit
 from storage.mongodb.queries import Doc
@@ -48,13 +48,24 @@ MARKER_ATTEMPTS = 1000  # give up (503) only under contention no real load produ
 DUPLICATE_KEY = 11000
 
 
-async def ensure_queue(c: Collections, q: QueueRef, now: int, *, max_queues: int | None = None) -> Doc:
+async def ensure_queue(
+    c: Collections,
+    q: QueueRef,
+    now: int,
+    *,
+    max_queues: int | None = None,
+    before_creation: Callable[[], Awaitable[None]] | None = None,
+) -> Doc:
     """The queue's document (its policy, and whether it has subscriptions), created (empty metadata) when
     absent, as a post or a move into a DLQ does. With `max_queues` (the project's `queues` quota, for a
-    creation a caller asked for), the creation is refused (QuotaExceeded) when the project has that many."""
+    creation a caller asked for), the creation is refused (QuotaExceeded) when the project has that many;
+    `before_creation` runs first when the queue is absent (a post's refusal of itself, which then makes no
+    queue)."""
     doc = await c.queues.find_one(queue_key(q), {QUEUE.POLICY: 1, QUEUE.SUBSCRIPTIONS: 1})
     if doc is not None:
         return doc
+    if before_creation is not None:
+        await before_creation()
     if max_queues is not None:
 
         async def create(s: AsyncClientSession) -> None:
@@ -137,6 +148,31 @@ async def take_message_room(
     n = await live_messages(c, q, now, session)
     if n + adding > limit:
         raise exceeded(MESSAGES_PER_QUEUE, use=n, adding=adding, limit=limit, where=f"Queue {q.name!r}")
+
+
+async def held_bytes(
+    c: Collections, project: str, now: int, session: AsyncClientSession | None = None
+) -> int:
+    """The bytes of the bodies (as stored) of the project's live messages: a sum over all of them (the
+    `message_bytes` quota's cost, in each post under it)."""
+    live = {MESSAGE.PROJECT: project, MESSAGE.EXPIRES: {"$gt": now}}
+    total = {"$group": {MESSAGE.ID: None, "bytes": {"$sum": {"$binarySize": f"${MESSAGE.BODY}"}}}}
+    found = await (await c.messages.aggregate([{"$match": live}, total], session=session)).to_list()
+    return int(found[0]["bytes"]) if found else 0
+
+
+async def take_byte_room(
+    c: Collections, project: str, adding: int, limit: int, now: int, session: AsyncClientSession
+) -> None:
+    """In the transaction of a post of `adding` bytes to a queue of `project`: QuotaExceeded when they would
+    take it past `limit`. The project's quotas document, written first, makes two such posts conflict (the
+    one retried counts again)."""
+    await c.quotas.update_one(
+        {PROJECT_QUOTA.ID: project}, {"$inc": {PROJECT_QUOTA.POSTING: 1}}, upsert=True, session=session
+    )
+    n = await held_bytes(c, project, now, session)
+    if n + adding > limit:
+        raise exceeded(MESSAGE_BYTES, use=n, adding=adding, limit=limit, where="This project")
 
 
 async def message_room(c: Collections, q: QueueRef, now: int) -> int | None:

@@ -244,6 +244,7 @@ class ProjectQuotaFields:
     RATE: str = "rate"  # RateFields: its request-rate token buckets
     CREATIONS: str = "qc"  # bumped by each queue creation under a `queues` quota (counters.py)
     SUBSCRIBING: str = "sc"  # bumped by each subscription made under a `subscriptions` quota
+    POSTING: str = "bc"  # bumped by each post made under a `message_bytes` quota
 
 
 # The sub-document `quota` of a project: an override a quota, under the quota's name (core's, as a policy

@@ -62,7 +62,7 @@ from core.models import (
     SubscriptionId,
     TaskId,
 )
-from core.quotas import MESSAGES_PER_QUEUE, QUEUES, Bucket, Counted, Grant, exceeded
+from core.quotas import MESSAGE_BYTES, MESSAGES_PER_QUEUE, QUEUES, Bucket, Counted, Grant, exceeded
 from core.sealing import stored_body
 from storage.base import DEFAULT_TIMEOUT_S, WakeCallback
 from storage.mongodb import outbox, quotas, subscriptions
@@ -70,11 +70,13 @@ from storage.mongodb.claims import take_messages
 from storage.mongodb.counters import (
     MARKER_ATTEMPTS,
     ensure_queue,
+    held_bytes,
     insert_in_order,
     live_messages,
     marker_taken,
     queue_stats,
     reserve_markers,
+    take_byte_room,
     take_message_room,
 )
 from storage.mongodb.errors import after_commit, unavailable_as_domain_error
@@ -352,6 +354,10 @@ class MongoStore:
         return await self._c.queues.count_documents({QUEUE.PROJECT: project})
 
     @_op
+    async def held_bytes(self, project: str) -> int:
+        return await held_bytes(self._c, project, self._now())
+
+    @_op
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool
     ) -> Page[QueueInfo]:
@@ -442,7 +448,19 @@ class MongoStore:
             raise exceeded(
                 MESSAGES_PER_QUEUE, use=use, adding=len(messages), limit=limit, where=f"Queue {q.name!r}"
             )
-        queue = await ensure_queue(self._c, q, now, max_queues=counted[QUEUES])
+        byte_limit = counted[MESSAGE_BYTES]
+
+        async def refuse_into_new_queue() -> None:  # a new queue does not encrypt: the bodies as they are
+            if byte_limit is not None:
+                adding = sum(len(stored_body(m.body, seal=False)) for m in messages)
+                if (use := await held_bytes(self._c, q.project, now)) + adding > byte_limit:
+                    raise exceeded(
+                        MESSAGE_BYTES, use=use, adding=adding, limit=byte_limit, where="This project"
+                    )
+
+        queue = await ensure_queue(
+            self._c, q, now, max_queues=counted[QUEUES], before_creation=refuse_into_new_queue
+        )
         policy = policy_of(queue)
         maxpost = policy.max_messages_post_size
         if maxpost is not None and body_size > maxpost:
@@ -479,8 +497,9 @@ class MongoStore:
                 doc[M.NOT_ELIGIBLE] = True
             docs.append(doc)
         owed_to = await subscribers(self._c, q, queue, now)  # reads nothing when the queue has none
-        if idempotency is not None or limit is not None:
-            return await self._post_in_transaction(q, docs, idempotency, now, owed_to, limit)
+        if idempotency is not None or limit is not None or byte_limit is not None:
+            bytes_limit = None if byte_limit is None else (byte_limit, sum(len(d[M.BODY]) for d in docs))
+            return await self._post_in_transaction(q, docs, idempotency, now, owed_to, limit, bytes_limit)
         if owed_to:
             await insert_notifying(self._c, q, docs, owed_to, now=now)
         else:
@@ -495,9 +514,11 @@ class MongoStore:
         now: int,
         owed_to: list[str],
         limit: int | None,
+        byte_limit: tuple[int, int] | None,
     ) -> list[MessageId]:
-        """A post with an Idempotency-Key, or to a queue under a `messages_per_queue` quota (`limit`): its
-        messages, the key's record, the quota's count and the notifications it owes in one transaction, at
+        """A post with an Idempotency-Key, or to a queue under a `messages_per_queue` quota (`limit`), or of
+        a project under a `message_bytes` quota (`byte_limit`: it, and the bytes the post adds): its
+        messages, the key's record, the quotas' counts and the notifications it owes in one transaction, at
         markers reserved for it beforehand (a transaction must not meet another writer's marker; a marker a
         plain writer took meanwhile only costs a new reservation). Under a quota the markers are taken in the
         transaction instead: that write to the queue's counter makes two counted posts conflict (the one
@@ -521,6 +542,8 @@ class MongoStore:
             if limit is not None:  # its markers taken here, where they also keep counted posts apart
                 number(docs, await reserve_markers(self._c, q, len(docs), s))
                 await take_message_room(self._c, q, len(docs), limit, now, s)
+            if byte_limit is not None:
+                await take_byte_room(self._c, q.project, byte_limit[1], byte_limit[0], now, s)
             await self._c.messages.insert_many(docs, session=s)
             if once is not None:
                 until = now + once.window_ms

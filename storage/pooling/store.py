@@ -261,6 +261,10 @@ class PooledStore:
             await asyncio.gather(*(store.count_queues(project) for _, store in await self._each_pool()))
         )
 
+    async def held_bytes(self, project: str) -> int:
+        """Every pool's bytes, added up (each pool counts the quota on its own: docs/quotas.md)."""
+        return sum(await asyncio.gather(*(store.held_bytes(project) for _, store in await self._each_pool())))
+
     async def delete_queue(self, q: QueueRef) -> None:
         """Delete the queue in its pool, then its placement, unless some queue still names it as DLQ (its
         next move must land where the catalogue says the DLQ lives)."""

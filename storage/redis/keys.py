@@ -317,6 +317,18 @@ class ProjectKeys:
         return f"{self.prefix}s:{subscription_id}"
 
     @property
+    def message_expiry(self) -> str:
+        """ZSET message id -> expiry ms: every message of the project, over its queues (the `message_bytes`
+        quota forgets those expired when it counts)."""
+        return f"{self.prefix}bytes"
+
+    @property
+    def message_sizes(self) -> str:
+        """HASH message id -> the bytes of its body as stored, and field "" (lib.lua BYTES_SUM) their sum: the
+        project's use of its `message_bytes` quota, once the expired ones are forgotten."""
+        return f"{self.prefix}sizes"
+
+    @property
     def subscription_expiry(self) -> str:
         """ZSET subscription id -> expiry ms: every subscription of the project (the `subscriptions` quota
         counts those not expired)."""

@@ -57,6 +57,7 @@ SCRIPT_NAMES = (
     "task_cancel",
     "task_release",
     "take_tokens",
+    "held_bytes",
     "redrive_step",
     "subscribe",
     "update_subscription",
@@ -85,14 +86,14 @@ def library() -> str:
 
 
 def defaults_args(defaults: DeadLetterDefaults, quotas: Counted | None = None) -> list[bytes]:
-    """lib.lua set_defaults' six arguments: max claim count, template prefix, suffix, then the counted
-    quotas' defaults: queues, messages per queue, subscriptions ('' = none)."""
+    """lib.lua set_defaults' seven arguments: max claim count, template prefix, suffix, then the counted
+    quotas' defaults: queues, messages per queue, subscriptions, message bytes ('' = none)."""
     prefix, suffix = defaults.prefix_suffix or ("", "")
     maxcc = "" if defaults.max_claim_count is None else str(defaults.max_claim_count)
     counted = quotas or Counted()
     limits = [
         b"" if v is None else str(v).encode()
-        for v in (counted.queues, counted.messages_per_queue, counted.subscriptions)
+        for v in (counted.queues, counted.messages_per_queue, counted.subscriptions, counted.message_bytes)
     ]
     return [maxcc.encode(), prefix.encode(), suffix.encode(), *limits]
 
@@ -454,6 +455,11 @@ class Scripts:
         args = [now, want, repr(rate), capacity, MAX_SKEW_MS]
         granted, wait_ms = await self._run(self._s["take_tokens"], [bucket_key], args)
         return Grant(int(granted), int(wait_ms))
+
+    async def held_bytes(self, project: ProjectKeys, *, now: int) -> int:
+        return int(
+            await self._run(self._s["held_bytes"], [project.message_expiry, project.message_sizes], [now])
+        )
 
     # -- subscriptions and the outbox -----------------------------------------------------------------
 

@@ -251,6 +251,11 @@ class RedisStore:
         async with unavailable_as_domain_error():
             return int(await self._client.zcard(ProjectKeys.of(self._namespace, project).queues))
 
+    async def held_bytes(self, project: str) -> int:
+        return await self._scripts.held_bytes(
+            ProjectKeys.of(self._namespace, project), now=self._clock.now_ms()
+        )
+
     async def list_queues(
         self, project: str, *, marker: str | None, limit: int, detailed: bool
     ) -> Page[QueueInfo]:

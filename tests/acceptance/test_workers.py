@@ -206,16 +206,18 @@ def test_a_projects_request_rate_is_one_budget_over_every_worker(redis_url: str)
 
 
 @pytest.mark.parametrize("uri", ["redis_url", "mongodb_uri"])
+@pytest.mark.parametrize("quota", ["messages_per_queue", "message_bytes"])
 def test_producers_racing_over_two_workers_never_pass_a_message_quota(
-    request: pytest.FixtureRequest, uri: str
+    request: pytest.FixtureRequest, uri: str, quota: str
 ) -> None:
-    """Two workers, a quota of 10 messages a queue: 32 posts at once over 16 connections spread over both
-    workers get exactly 10 201s and 22 403s, and the queue holds 10 (each worker counting alone, or a count
-    and a write that another writer can come between, would let more in)."""
+    """Two workers, a quota of 10 messages a queue (or of 10 bytes, the bodies of 10 messages `1`): 32 posts
+    at once over 16 connections spread over both workers get exactly 10 201s and 22 403s, and the queue
+    holds 10 (each worker counting alone, or a count and a write that another writer can come between,
+    would let more in)."""
     service = CharonProcess(
         request.getfixturevalue(uri),
         namespace=f"q{os.urandom(4).hex()}",
-        env={"CHARON_WORKERS": "2", "CHARON_QUOTAS__MESSAGES_PER_QUEUE": "10"},
+        env={"CHARON_WORKERS": "2", f"CHARON_QUOTAS__{quota.upper()}": "10"},
     ).start()
     assert service.proc is not None
     clients = [httpx.Client(base_url=service.url, headers=HEADERS, timeout=60) for _ in range(16)]
@@ -234,7 +236,7 @@ def test_producers_racing_over_two_workers_never_pass_a_message_quota(
         assert (statuses.count(201), statuses.count(403)) == (10, 22), statuses
         assert clients[0].get("/v2/queues/w/stats").json()["messages"]["total"] == 10
         refused = clients[0].post("/v2/queues/w/messages", json=ONE).json()
-        assert refused["quota"] == "messages_per_queue"
+        assert refused["quota"] == quota
     finally:
         for c in clients:
             c.close()

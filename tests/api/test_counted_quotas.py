@@ -33,6 +33,7 @@ async def test_past_a_counted_quota_a_request_gets_403_and_nothing_is_done(clien
         "writes_per_second": None,
         "queues": 1,
         "messages_per_queue": 2,
+        "message_bytes": None,
         "subscriptions": None,
     }
     assert (await client.post("/v2/queues/q/messages", json=messages(2))).status_code == 201
@@ -65,7 +66,7 @@ async def test_past_a_counted_quota_a_request_gets_403_and_nothing_is_done(clien
     )
     assert r.status_code in (403, 404), r.text  # a PATCH of a queue that does not exist may be a 404
     shown = (await client.get(f"/v2/quotas/{PROJECT}")).json()
-    assert (shown["use"], shown["quotas"]["queues"]) == ({"queues": 1}, 1)
+    assert (shown["use"], shown["quotas"]["queues"]) == ({"queues": 1, "message_bytes": 2}, 1)  # "0", "1"
     listed = (await client.get("/v2/queues")).json()["queues"]
     assert [q["name"] for q in listed] == ["q"]
     r = await client.put(f"/v2/quotas/{PROJECT}", json={"messages_per_queue": None}, headers=ADMIN)
@@ -77,6 +78,14 @@ async def test_past_a_counted_quota_a_request_gets_403_and_nothing_is_done(clien
     r = await client.post("/v2/queues/q/subscriptions", json={"subscriber": "https://hooks.example.com/b"})
     assert (r.status_code, r.json()["quota"]) == (403, "subscriptions")
     assert "This project holds 1 subscriptions" in r.json()["description"]
+    await client.put(f"/v2/quotas/{PROJECT}", json={"message_bytes": 6}, headers=ADMIN)
+    r = await client.post("/v2/queues/q/messages", json=messages(2))  # bodies 0 and 1: two bytes more
+    assert (r.status_code, r.json()["quota"]) == (403, "message_bytes")
+    assert r.json()["description"].startswith(
+        "This project holds 5 bytes and this would add 2; its quota 'message_bytes' is 6."
+    )
+    assert (await client.post("/v2/queues/q/messages", json=messages(1))).status_code == 201
+    assert (await client.get(f"/v2/quotas/{PROJECT}")).json()["use"]["message_bytes"] == 6
 
 
 async def test_the_services_defaults_apply_to_every_project(redis_url: str, clock: ManualClock) -> None:
@@ -110,6 +119,8 @@ async def test_the_services_defaults_apply_to_every_project(redis_url: str, cloc
         ({"messages_per_queue": 2_000_000_000}, "less than or equal to 1000000000"),
         ({"queues": "5"}, "queues"),
         ({"messages_per_queue": True}, "messages_per_queue"),
+        ({"message_bytes": 10**15 + 1}, "less than or equal to 1000000000000000"),
+        ({"message_bytes": 1.5}, "message_bytes"),
     ],
 )
 async def test_bad_counted_quotas_are_refused_by_name(

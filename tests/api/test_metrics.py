@@ -109,7 +109,7 @@ async def traffic(alpha: httpx.AsyncClient, beta: httpx.AsyncClient, store: Stor
     assert r.status_code == 200, r.text
     await post(beta, "inbox", {"body": "y"})
     # a bucket of one read: the second is refused; and counted quotas, for their use
-    quota = {"reads_per_second": 0.01, "queues": 4, "messages_per_queue": 10}
+    quota = {"reads_per_second": 0.01, "queues": 4, "messages_per_queue": 10, "message_bytes": 30}
     assert (await beta.put(f"/v2/quotas/{BETA}", json=quota, headers=ADMIN)).status_code == 200
     assert (await beta.get("/v2/queues/inbox/stats")).status_code == 200
     assert (await beta.get("/v2/queues/inbox/stats")).status_code == 429
@@ -185,6 +185,7 @@ async def test_a_scrape_after_real_traffic_reads_every_documented_series(
     assert value(scraped, "charon_quota_limit", project=BETA, quota="queues") == 4
     assert value(scraped, "charon_quota_use_ratio", project=BETA, quota="queues") == 0.25
     assert value(scraped, "charon_quota_use_ratio", project=BETA, quota="messages_per_queue") == 0.1
+    assert value(scraped, "charon_quota_use_ratio", project=BETA, quota="message_bytes") == 0.1  # '"y"'
     assert not [
         labels for (name, labels) in scraped if name == "charon_quota_limit" and ("project", ALPHA) in labels
     ]

@@ -67,7 +67,7 @@ async def test_an_admins_override_takes_effect_at_once_and_delete_restores_the_d
     assert await statuses(client, 4) == [201, 201, 201, 429]
     r = await client.put(f"/v2/quotas/{PROJECT}", json={"writes_per_second": 1000}, headers=ADMIN)
     assert r.status_code == 200, r.text
-    unset = {"queues": None, "messages_per_queue": None, "subscriptions": None}
+    unset = {"queues": None, "messages_per_queue": None, "message_bytes": None, "subscriptions": None}
     assert r.json() == {
         "project": PROJECT,
         "quotas": {"reads_per_second": None, "writes_per_second": 1000.0, **unset},

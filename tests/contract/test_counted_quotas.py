@@ -1,7 +1,7 @@
-"""Counted quotas (core/quotas.py `queues`, `messages_per_queue`) on every store: a change that would pass one
-is refused whole (QuotaExceeded, naming the quota and the use) by every path that creates a queue or posts,
-racing writers never pass it together, expired messages do not count, and the moves that may not fail (a
-dead-letter move, a redrive) discard or skip instead, counted."""
+"""Counted quotas (core/quotas.py `queues`, `messages_per_queue`, `message_bytes`) on every store: a change
+that would pass one is refused whole (QuotaExceeded, naming the quota and the use) by every path that creates
+a queue or posts, racing writers never pass it together, expired messages do not count, and the moves that
+may not fail (a dead-letter move, a redrive) discard or skip instead, counted."""
 
 from __future__ import annotations
 
@@ -230,3 +230,78 @@ async def test_a_post_refused_for_its_size_against_the_quota_makes_no_queue(stor
         await post(store, q("fresh"), "1", "2", "3")
     assert "holds 0 messages and this would add 3" in str(refused.value)
     assert await names(store) == []
+
+
+B = "x" * 98  # a body of 100 bytes as stored (its JSON text)
+
+
+async def test_a_post_past_the_byte_quota_stores_none_of_its_messages(
+    store: Store, clock: ManualClock
+) -> None:
+    await store.set_quota(P, {"message_bytes": 1000})
+    await post(store, Q, *[B] * 4)
+    await post(store, q("other"), *[B] * 4)  # the quota is the project's, over its queues
+    assert await store.held_bytes(P) == 800
+    with pytest.raises(QuotaExceeded) as refused:
+        await post(store, Q, *[B] * 3)
+    assert refused.value.quota == "message_bytes"
+    assert "This project holds 800 bytes and this would add 300; its quota 'message_bytes' is 1000" in str(
+        refused.value
+    )
+    assert (await store.stats(Q)).total == 4
+    await post(store, Q, B, B)
+    with pytest.raises(QuotaExceeded):
+        await post(store, Q, "")  # 2 bytes
+    cid, ids = await claim_ids(store, Q, limit=1)
+    await store.delete_message(Q, ids[0], claim_id=cid)  # a removal makes room at once
+    await post(store, Q, B)
+    await store.purge(q("other"))
+    assert await store.held_bytes(P) == 600
+    await store.delete_queue(Q)
+    assert await store.held_bytes(P) == 0
+    await post(store, Q, *[B] * 10, ttl=60)
+    clock.advance(61)  # all expired: not counted, though the sweeper has not deleted them
+    assert await store.held_bytes(P) == 0
+    await post(store, Q, *[B] * 10)
+    await post(store, QueueRef("other-project", "x"), *[B] * 20)  # another project has its own
+    with pytest.raises(QuotaExceeded) as refused:
+        await post(store, q("fresh"), B)
+    assert await names(store) == [Q.name, "other"]  # the refused post made no queue
+
+
+async def test_producers_racing_to_the_byte_quota_never_pass_it(store: Store) -> None:
+    await store.set_quota(P, {"message_bytes": 700})
+    results = await asyncio.gather(
+        *(post(store, q(f"race-{i % 3}"), B) for i in range(20)), return_exceptions=True
+    )
+    assert [type(r) for r in results if isinstance(r, BaseException)] == [QuotaExceeded] * 13
+    assert await store.held_bytes(P) == 700
+
+
+async def test_moves_keep_the_bytes_counted_and_an_expired_dead_letter_counts_again(
+    store: Store, clock: ManualClock
+) -> None:
+    await set_meta(
+        store,
+        Q,
+        _max_claim_count=1,
+        _dead_letter_queue=DLQ.name,
+        _dead_letter_on_expiry=True,
+        _dead_letter_queue_messages_ttl=86400,
+    )
+    await store.set_quota(P, {"message_bytes": 300})
+    await post(store, Q, B, B)
+    cid, _ = await claim_ids(store, Q, limit=1)
+    await store.release_claim(Q, cid)  # its one claim used: to the DLQ, still the project's bytes
+    assert (await store.stats(DLQ)).total == 1
+    assert await store.held_bytes(P) == 200
+    with pytest.raises(QuotaExceeded):
+        await post(store, Q, B, B)
+    clock.advance(3601)  # the one left expires: not counted (a count forgets it) until it moves
+    assert await store.held_bytes(P) == 100
+    await store.sweep()
+    assert (await store.stats(DLQ)).total == 2  # it expired into the DLQ, where it lives again
+    assert await store.held_bytes(P) == 200
+    await post(store, Q, B)
+    with pytest.raises(QuotaExceeded):
+        await post(store, Q, B)

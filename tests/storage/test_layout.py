@@ -107,7 +107,9 @@ def test_only_the_layout_helpers_of_lib_lua_build_key_names() -> None:
         r"local function (qkeys|message_key|waiting_key|wake_channel|notify_key|subscriptions_key|"
         r"subscribers_key|subscription_key|delivery_key|outbox_key|outbox_seq_key|outbox_owed_key)\(.*?\nend\n"
         r"|local function quota_key\(prefix\) return prefix \.\. 'quota' end\n"
-        r"|local function subscription_expiry_key\(prefix\) return prefix \.\. 'subs' end\n",
+        r"|local function subscription_expiry_key\(prefix\) return prefix \.\. 'subs' end\n"
+        r"|local function message_expiry_key\(prefix\) return prefix \.\. 'bytes' end\n"
+        r"|local function message_sizes_key\(prefix\) return prefix \.\. 'sizes' end\n",
         re.S,
     )
     for name, source in _sources().items():
@@ -125,7 +127,7 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         + "message_key(ARGV[1], ARGV[3]), waiting_key(K.queue), wake_channel(K.queue), K.notify, K.subs, "
         + "K.subscribers, subscription_key(ARGV[1], ARGV[3]), delivery_key(ARGV[1], '7'), "
         + "outbox_key(ARGV[1]), outbox_seq_key(ARGV[1]), outbox_owed_key(ARGV[1]), quota_key(ARGV[1]), "
-        + "subscription_expiry_key(ARGV[1])}"
+        + "subscription_expiry_key(ARGV[1]), K.bytes, K.sizes}"
     )
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
@@ -149,6 +151,8 @@ async def test_lib_lua_builds_the_keys_keys_py_builds(redis_url: str) -> None:
         pk.outbox_owed,
         pk.quota,
         pk.subscription_expiry,
+        pk.message_expiry,
+        pk.message_sizes,
     ]
 
 

@@ -156,7 +156,8 @@ async def _every_kind_of_write(store: MongoStore, clock: ManualClock) -> None:
         _max_message_ttl=7200,
         _enable_encrypt_messages=True,
     )
-    counted = {"queues": 100, "messages_per_queue": 100, "subscriptions": 100}  # posts: transactions
+    # posts under them are transactions (the quota documents are written)
+    counted = {"queues": 100, "messages_per_queue": 100, "message_bytes": 10**6, "subscriptions": 100}
     quota = {"reads_per_second": 1.0, "writes_per_second": 2.0, **counted}
     await store.set_quota(Q.project, quota)
     for bucket in (READS, WRITES):

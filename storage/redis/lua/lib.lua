@@ -26,11 +26,16 @@ local function subscribers_key(queue_key)
 end
 
 -- keys.py QueueKeys / ProjectKeys.message
+-- keys.py ProjectKeys.message_expiry and .message_sizes (the `message_bytes` quota: see count_bytes)
+local function message_expiry_key(prefix) return prefix .. 'bytes' end
+local function message_sizes_key(prefix) return prefix .. 'sizes' end
+
 local function qkeys(prefix, name)
   local base = prefix .. 'q:' .. name
   return {name = name, queue = base, msgs = base .. ':msgs', ready = base .. ':ready',
           delayed = base .. ':delayed', claimed = base .. ':claimed', expiry = base .. ':expiry',
           queues = prefix .. 'queues', due = prefix .. 'due', notify = notify_key(base),
+          bytes = message_expiry_key(prefix), sizes = message_sizes_key(prefix),
           subs = subscriptions_key(base), subscribers = subscribers_key(base)}
 end
 
@@ -274,7 +279,38 @@ local function ensure_queue(K, name, now)
   return 0
 end
 
+-- The project's message bytes (quota `message_bytes`): keys.py ProjectKeys.message_expiry (ZSET id ->
+-- expiry ms, K.bytes) and .message_sizes (HASH id -> body bytes as stored, and field '' their sum, K.sizes).
+-- Every message is in both from its post (count_bytes) until it is removed (forget_bytes), and expired ones
+-- leave when the quota is counted (held_bytes), so the sum is then the live bodies' bytes.
+local BYTES_SUM = ''
+
+local function forget_bytes(K, ids)
+  local sum = 0
+  for first = 1, #ids, 1000 do
+    local last = math.min(first + 999, #ids)
+    for _, z in ipairs(redis.call('HMGET', K.sizes, unpack(ids, first, last))) do
+      sum = sum + (tonumber(z) or 0)
+    end
+    redis.call('HDEL', K.sizes, unpack(ids, first, last))
+    redis.call('ZREM', K.bytes, unpack(ids, first, last))
+  end
+  if sum > 0 then redis.call('HINCRBY', K.sizes, BYTES_SUM, -sum) end
+end
+
+-- The bytes of the project's live messages (forgets those expired first).
+local function held_bytes(K, now)
+  local expired = redis.call('ZRANGEBYSCORE', K.bytes, '-inf', now)
+  if #expired > 0 then forget_bytes(K, expired) end
+  return tonumber(redis.call('HGET', K.sizes, BYTES_SUM)) or 0
+end
+
 local function set_expiry(K, mk, id, e, now)
+  if redis.call('ZADD', K.bytes, e, id) == 1 then  -- counted again (it expired into its DLQ), or at last
+    local size = redis.call('HSTRLEN', mk, 'b')
+    redis.call('HSET', K.sizes, id, size)
+    redis.call('HINCRBY', K.sizes, BYTES_SUM, size)
+  end
   redis.call('HSET', mk, 'e', e)
   redis.call('ZADD', K.expiry, e, id)
   schedule(K, e)
@@ -291,6 +327,7 @@ end
 
 local function remove_message(prefix, K, id)
   unindex(K, id)
+  forget_bytes(K, {id})
   redis.call('DEL', message_key(prefix, id))
 end
 
@@ -310,10 +347,18 @@ end
 
 local function zadd_all(key, pairs) call_all('ZADD', key, pairs, 2) end
 
+-- A post's messages into the project's message bytes (above): their expiry and size pairs, and `sum`.
+local function count_bytes(K, expiry_pairs, size_pairs, sum)
+  zadd_all(K.bytes, expiry_pairs)
+  call_all('HSET', K.sizes, size_pairs, 2)
+  redis.call('HINCRBY', K.sizes, BYTES_SUM, sum)
+end
+
 -- remove_message of each of `ids`, one call an index and one DEL for them all.
 local function remove_messages(prefix, K, ids)
   if #ids == 0 then return end
   for _, index in ipairs({K.msgs, K.ready, K.delayed, K.claimed, K.expiry}) do call_all('ZREM', index, ids) end
+  forget_bytes(K, ids)
   local keys = {}
   for i, id in ipairs(ids) do keys[i] = message_key(prefix, id) end
   call_all('DEL', nil, keys)
@@ -333,6 +378,7 @@ local function set_defaults(argv, first)
   DEFAULTS.queues = tonumber(table.remove(argv, first + 3))
   DEFAULTS.messages_per_queue = tonumber(table.remove(argv, first + 3))
   DEFAULTS.subscriptions = tonumber(table.remove(argv, first + 3))
+  DEFAULTS.message_bytes = tonumber(table.remove(argv, first + 3))
   if prefix ~= '' or suffix ~= '' then DEFAULTS.prefix, DEFAULTS.suffix = prefix, suffix end
 end
 
@@ -378,6 +424,15 @@ local function message_room(prefix, K, now)
   if not limit then return nil, nil, nil end
   local n = live_messages(K, now)
   return math.max(limit - n, 0), limit, n
+end
+
+-- Its refusal when `adding` more bytes would take the project past its `message_bytes` quota, else nil.
+local function bytes_refused(prefix, K, adding, now)
+  local limit = counted_quota(prefix, 'message_bytes')
+  if not limit then return nil end
+  local held = held_bytes(K, now)
+  if held + adding > limit then return over_quota('message_bytes', held, adding, limit, 'This project') end
+  return nil
 end
 
 local function is_auto_dlq(name)
@@ -446,6 +501,7 @@ local function dead_letter(prefix, K, name, id, reason, now, pol, rejection, con
   local f = redis.call('HMGET', mk, 'cc', 'cr', 'e', 'dfirst', 'ne', 'ccl')
   unindex(K, id)
   if not pol.dlq or f[5] == '1' then
+    forget_bytes(K, {id})
     redis.call('DEL', mk)
     redis.call('HINCRBY', K.queue, 'n_disc', 1)
     return 0
@@ -453,6 +509,7 @@ local function dead_letter(prefix, K, name, id, reason, now, pol, rejection, con
   local D = qkeys(prefix, pol.dlq)
   local room = message_room(prefix, D, now)
   if room == 0 then  -- a full DLQ: as having none (a move may not fail)
+    forget_bytes(K, {id})
     redis.call('DEL', mk)
     redis.call('HINCRBY', K.queue, 'n_disc', 1)
     return 0
@@ -598,7 +655,8 @@ local function queue_script()
   return ARGV[1], name, tonumber(ARGV[3]),
     {name = name, queue = ks[1], msgs = ks[2], ready = ks[3], delayed = ks[4], claimed = ks[5],
      expiry = ks[6], queues = ks[7], due = ks[8], waiting = waiting_key(ks[1]),
-     notify = notify_key(ks[1]), subs = subscriptions_key(ks[1]), subscribers = subscribers_key(ks[1])}
+     notify = notify_key(ks[1]), subs = subscriptions_key(ks[1]), subscribers = subscribers_key(ks[1]),
+     bytes = message_expiry_key(ARGV[1]), sizes = message_sizes_key(ARGV[1])}
 end
 
 -- The policy's field names, in ARGV order: scripts.py writes core.metadata.POLICY_FIELDS into the braces

@@ -8,8 +8,8 @@
 --   exceeds the queue's _max_messages_post_size; or error CHARON_SEAL when the queue encrypts its messages
 --   (_enable_encrypt_messages, policy field enc) and `sealed` is 0: the bodies are clear, and the driver seals
 --   them (core/sealing.py) and posts again; or error CHARON_QUOTA when the queue is new and the project holds
---   its `queues` quota, or the messages would take the queue past its `messages_per_queue` (lib.lua counted
---   quotas). Nothing is stored then.
+--   its `queues` quota, or the messages would take the queue past its `messages_per_queue` or the project
+--   past its `message_bytes` (lib.lua counted quotas). Nothing is stored then.
 --   With an Idempotency-Key's record key (KEYS[9]; the fingerprint given): a record there of the same fingerprint means the post
 --   was made already: nothing is stored and the answer is {0, -1, "id1,id2,..."} (its ids); a record of
 --   another fingerprint is error CHARON_IDEMPOTENCY; else the post is made and the record written with it,
@@ -60,11 +60,15 @@ local room, limit, held = message_room(prefix, K, now)
 if room and n > room then
   return over_quota('messages_per_queue', held, n, limit, "Queue '" .. name .. "'")
 end
+local bytes = 0
+for _, m in ipairs(posted) do bytes = bytes + #m[5] end
+refused = bytes_refused(prefix, K, bytes, now)
+if refused then return refused end
 ensure_queue(K, name, now)
 if n == 0 then return {marks(), 0} end
 -- One call per message (its hash and that hash's expiry); the sets are written once for the whole post.
 local last = redis.call('HINCRBY', K.queue, 'seq', n)
-local msgs, ready, delayed, expiry = {}, {}, {}, {}
+local msgs, ready, delayed, expiry, sizes = {}, {}, {}, {}, {}
 local earliest
 local subs = subscribers(K, now)
 local owed = {}  -- id, ttl, eligible, body of each message, when the queue has subscribers (notify_post)
@@ -87,6 +91,7 @@ for i, m in ipairs(posted) do
   redis.call('PEXPIRE', mk, math.max(e - now, 0) + GC_SLACK_MS)  -- as set_expiry()
   if earliest == nil or e < earliest then earliest = e end
   table.insert(expiry, e); table.insert(expiry, id)
+  table.insert(sizes, id); table.insert(sizes, #body)
   table.insert(msgs, k); table.insert(msgs, id)
   if delay > 0 then
     table.insert(delayed, av); table.insert(delayed, id)
@@ -98,6 +103,7 @@ end
 -- thousands).
 notify_post(prefix, K, subs, owed, now)
 zadd_all(K.expiry, expiry)
+count_bytes(K, expiry, sizes, bytes)
 schedule(K, earliest)
 zadd_all(K.msgs, msgs)
 zadd_all(K.ready, ready)
