@@ -11,7 +11,8 @@ Starts, each on free loopback ports:
   - Charon twice more, as its variants (VARIANTS; --variants none leaves them out): `charon quotas`, every
     counted quota and request rate set far above what the bench uses (so each request is counted and none
     refused), and `charon encrypted`, a key set and each queue made with `_enable_encrypt_messages`. They
-    run produce and pipeline, and the report gives their server CPU a message against plain Charon's.
+    and plain Charon run produce and pipeline in turns, --variant-rounds rounds (5), and the report gives
+    each one's server CPU a message against plain Charon's of the same round (the median over the rounds).
 Then runs each workload of bench/loadgen.py (HTTP) against Charon and Zaqar and of bench/amqp.py (aio-pika)
 against RabbitMQ, one after the other, each in a fresh process that reads the servers' CPU around its timed
 phase, and prints the results and the targets of issues 8 and 20 as Markdown (bench/report.py). A run that
@@ -51,6 +52,7 @@ from bench.report import (
     RABBITMQ,
     RABBITMQ_ONE,
     SHORT,
+    VARIANT_ROUNDS,
     ZAQAR,
     ZAQAR_SHORT,
     Results,
@@ -89,6 +91,15 @@ VARIANTS = {
     CHARON_ENCRYPTED: Variant({"CHARON_ENCRYPTION__KEYS": BENCH_KEY}, {"_enable_encrypt_messages": True}),
 }
 VARIANT_WORKLOADS = ("produce", "pipeline")
+VARIANT_ROUND_COUNT = 5
+DEFAULT_VARIANTS = ",".join(name.removeprefix("charon ") for name in VARIANTS)
+
+
+def variants_of(text: str) -> list[str]:
+    """--variants ("quotas,encrypted", or "none") as the variants' labels."""
+    return [f"charon {w.strip()}" for w in text.split(",") if w.strip() not in ("", "none")]
+
+
 ZAQAR_CONF = """\
 [DEFAULT]
 auth_strategy =
@@ -305,16 +316,38 @@ def plan(
         }[workload]
         for name in http:
             yield workload, name, "bench.loadgen", running[name], options
-        for name in args.variants if workload in VARIANT_WORKLOADS else []:
-            metadata = VARIANTS[name].queue_metadata
-            extra = ["--queue-metadata", json.dumps(metadata)] if metadata else []
-            yield workload, name, "bench.loadgen", running[name], [*options, *extra]
         if workload in ("produce", "pipeline") and CHARON in running:  # beside HTTP: Zaqar's websocket
             yield workload, CHARON_WS, "bench.loadgen", running[CHARON], [*options, "--transport", "ws"]
         if amqp is not None and workload in ("produce", "pipeline", "dlq"):
             yield workload, RABBITMQ, "bench.amqp", amqp, options
             if workload == "produce":
                 yield workload, RABBITMQ_ONE, "bench.amqp", amqp, ["--messages", produced]
+
+
+def variant_rounds(
+    args: argparse.Namespace, running: dict[str, System]
+) -> Iterator[tuple[str, str, System, list[str]]]:
+    """(workload, label, system, options) of the variants' runs: --variant-rounds rounds, each running
+    plain Charon and each variant once on every workload of VARIANT_WORKLOADS, in an order turned by one
+    each round (so no system always runs first or last on a machine whose load changes)."""
+    if not args.variants:
+        return
+    n = "5000" if args.quick else str(args.messages)
+    systems = [CHARON, *args.variants]
+    for r in range(args.variant_rounds):
+        for workload in [w for w in VARIANT_WORKLOADS if w in args.workloads]:
+            for label in systems[r % len(systems) :] + systems[: r % len(systems)]:
+                metadata = VARIANTS[label].queue_metadata if label in VARIANTS else None
+                extra = ["--queue-metadata", json.dumps(metadata)] if metadata else []
+                yield workload, label, running[label], ["--messages", n, *extra]
+
+
+def run_variant_rounds(args: argparse.Namespace, running: dict[str, System], results: Results) -> None:
+    """Each run of variant_rounds, its server CPU a message into results[VARIANT_ROUNDS] (None: failed)."""
+    for workload, label, system, options in variant_rounds(args, running):
+        cpu = generator("bench.loadgen", system, workload, *options).get("server_cpu_us_per_msg")
+        rounds = results.setdefault(VARIANT_ROUNDS, {}).setdefault(workload, {})
+        rounds.setdefault(label, []).append(cpu)
 
 
 def run(args: argparse.Namespace) -> Results:
@@ -325,6 +358,7 @@ def run(args: argparse.Namespace) -> Results:
             for workload, label, module, system, options in plan(args, running):
                 amqp_workload = "produce-one" if label == RABBITMQ_ONE else workload
                 results.setdefault(workload, {})[label] = generator(module, system, amqp_workload, *options)
+            run_variant_rounds(args, running, results)
         if "ping" in args.workloads:
             results["ping"][BARE] = bare_ping(args.workers, "3" if args.quick else "10", workdir)
     return results
@@ -338,9 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers", default=",".join(PEERS), help="peers beside Charon (default: zaqar,rabbitmq)")
     p.add_argument(
         "--variants",
-        default=",".join(VARIANTS),
+        default=DEFAULT_VARIANTS,
         help="Charon's variants beside it, for produce and pipeline (default: quotas,encrypted; none: no "
         "variant)",
+    )
+    p.add_argument(
+        "--variant-rounds", type=int, default=VARIANT_ROUND_COUNT, help="rounds of the variants' runs (5)"
     )
     p.add_argument("--messages", type=int, default=20_000, help="per run (5x that for produce)")
     p.add_argument("--depth-big", type=int, default=1_000_000)
@@ -352,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     args.peers = [w.strip() for w in args.peers.split(",") if w.strip()]
-    variants = [f"charon {w.strip()}" for w in args.variants.split(",") if w.strip() not in ("", "none")]
-    args.variants = variants
+    args.variants = variants = variants_of(args.variants)
     if (
         unknown := set(args.workloads) - set(WORKLOADS)
         or set(args.peers) - set(PEERS)
@@ -374,7 +410,12 @@ def main(argv: list[str] | None = None) -> int:
         + "."
     )
     print(markdown(results, heading))
-    failed = any("failed" in r for by_system in results.values() for r in by_system.values())
+    variant_cpus = [
+        cpus for by_system in results.get(VARIANT_ROUNDS, {}).values() for cpus in by_system.values()
+    ]
+    failed = any(
+        "failed" in r for w, by_system in results.items() if w != VARIANT_ROUNDS for r in by_system.values()
+    ) or any(None in cpus for cpus in variant_cpus)
     return 0 if all(ok for *_, ok in targets(results)) and not failed else 1
 
 

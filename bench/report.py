@@ -7,6 +7,7 @@ rates, server and load-generator CPU per message, integrity and request latencie
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,9 @@ LONG, SHORT, ZAQAR_SHORT = "charon long poll", "charon short poll", "zaqar short
 # Charon with every counted quota and request rate set (far above what the bench uses, so all is counted and
 # nothing refused), and Charon with its queues encrypted at rest (bench/compare.py VARIANTS)
 CHARON_QUOTAS, CHARON_ENCRYPTED = "charon quotas", "charon encrypted"
+# results[VARIANT_ROUNDS][workload][system]: server CPU us a message of each round (None: failed), Charon and
+# its variants taking turns (bench/compare.py variant_rounds); not a workload of the tables
+VARIANT_ROUNDS = "variant rounds"
 CLIENT_BOUND = 0.7  # the load generator (one Python process) used this share of a core or more
 
 
@@ -34,9 +38,9 @@ def value(results: Results, workload: str, system: str, key: str) -> float | Non
 
 def targets(results: Results) -> list[Target]:
     """Each target whose runs were part of this run: issue 8's (against Zaqar, claimable, depth, ping),
-    issue 20's (bulk acknowledge against pipeline and RabbitMQ, DLQ drain, long polling) and issue 42's
-    (the same against Zaqar in server CPU a message too, produce and ping raised, the consume path's server
-    CPU a message against RabbitMQ's)."""
+    issue 20's (bulk acknowledge against pipeline and RabbitMQ, DLQ drain, long polling), issue 42's (the
+    same against Zaqar in server CPU a message too, produce and ping raised, the consume path's server CPU a
+    message against RabbitMQ's) and issue 44's (Charon's variants against Charon)."""
     rows: list[Target] = []
 
     def ran(*pairs: tuple[str, str]) -> bool:
@@ -134,6 +138,20 @@ def targets(results: Results) -> list[Target]:
         "<= 5",
         lambda v: v <= 5,
     )
+    # issue 44: what the features cost a message: the median over the rounds of each round's ratio
+    labels = {
+        CHARON_QUOTAS: ("Charon with quotas / without", 1.1),
+        CHARON_ENCRYPTED: ("queues encrypted / not", 1.2),
+    }
+    for workload, by_system in results.get(VARIANT_ROUNDS, {}).items():
+        for variant, (what, goal) in labels.items():
+            if variant not in by_system:
+                continue
+            pairs = zip(by_system[variant], by_system.get(CHARON, []), strict=False)
+            each = [x / y for x, y in pairs if x is not None and y]
+            measured = statistics.median(each) if each else None
+            label = f"{workload} server CPU/msg, {what} (median of {len(by_system[variant])} rounds)"
+            rows.append((label, measured, f"<= {goal}", measured is not None and measured <= goal))
     return rows
 
 
@@ -181,15 +199,28 @@ def markdown(results: Results, heading: str) -> str:
         "| --- " * 12 + "|",
     ]
     for workload, by_system in results.items():
-        if workload == "idle":
+        if workload in ("idle", VARIANT_ROUNDS):
             continue
         for system, r in by_system.items():
             out.append(_row(workload, system, r))
             if workload == "dlq" and "drain_msgs_per_s" in r:
                 out.append(_row("dlq drain", system, r, prefix="drain_", requests="drain_requests"))
     out += _idle(results.get("idle", {}))
+    out += _variant_rounds(results.get(VARIANT_ROUNDS, {}))
     out += _notes(results)
     return "\n".join(out)
+
+
+def _variant_rounds(by_workload: dict[str, Any]) -> list[str]:
+    if not by_workload:
+        return []
+    out = ["", "| variant rounds | system | server CPU us/msg, each round |", "| --- | --- | --- |"]
+    for workload, by_system in by_workload.items():
+        for system, cpus in by_system.items():
+            out.append(
+                f"| {workload} | {system} | {', '.join('failed' if c is None else _num(c) for c in cpus)} |"
+            )
+    return out
 
 
 def _idle(by_system: dict[str, Any]) -> list[str]:
@@ -219,7 +250,13 @@ def _idle(by_system: dict[str, Any]) -> list[str]:
 
 def _notes(results: Results) -> list[str]:
     out = [""]
-    runs = [(w, s, r) for w, by in results.items() for s, r in by.items() if "failed" not in r]
+    runs = [
+        (w, s, r)
+        for w, by in results.items()
+        if w != VARIANT_ROUNDS
+        for s, r in by.items()
+        if "failed" not in r
+    ]
     if any(r.get("retried_5xx") for *_, r in runs):
         out.append(
             "5xx retried: requests answered 5xx and tried again after a pause, by request type, set-up and "
@@ -251,19 +288,6 @@ def _notes(results: Results) -> list[str]:
             + "; ".join(bound)
             + "."
         )
-    costs = []
-    for workload, by_system in results.items():
-        plain = by_system.get(CHARON, {}).get("server_cpu_us_per_msg")
-        for variant in (CHARON_QUOTAS, CHARON_ENCRYPTED):
-            cpu = by_system.get(variant, {}).get("server_cpu_us_per_msg")
-            if plain and cpu:
-                costs.append(f"{workload} {variant.removeprefix('charon ')} {cpu / plain:.2f}")
-    if costs:
-        out.append(
-            "Variants, server CPU a message against plain Charon in this run (quotas: every counted quota "
-            "and request rate set; encrypted: the queues encrypt at rest): " + "; ".join(costs) + "."
-        )
-        out.append("")
     for system, r in results.get("dlq", {}).items():
         if "failed" not in r:
             after = r.get("dlq_claimable_after_s", r.get("dlq_first_delivery_after_s"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -150,31 +149,30 @@ def test_layers_divide_a_request(tmp_path: Path) -> None:
 
 
 def test_the_variants_run_beside_charon_and_are_reported_against_it(tmp_path: Path) -> None:
-    """compare.services starts Charon and its variants (each on a redis-server of its own), compare.plan
-    points produce at each (the encrypted one's queue made encrypting), and the report gives each variant's
-    cost against plain Charon's. The encrypted variant's store holds no clear body."""
+    """compare.services starts Charon and its variants (each on a redis-server of its own), and
+    compare.run_variant_rounds runs produce on each, in turns, the encrypted one's queues made encrypting;
+    the report gives each variant's cost against plain Charon's. The encrypted variant's store holds no
+    clear body."""
     args = argparse.Namespace(
-        quick=True, workloads=["produce"], messages=40, depth_big=0, variants=list(compare.VARIANTS)
+        quick=False, workloads=["produce"], messages=300, variants=list(compare.VARIANTS), variant_rounds=3
     )
+    results: report.Results = {}
     with compare.services(tmp_path, 1, [], args.variants) as running:
-        results: report.Results = {}
-        for workload, label, module, system, options in compare.plan(args, running):
-            options[options.index("--messages") + 1] = "40"
-            results.setdefault(workload, {})[label] = compare.generator(module, system, workload, *options)
-        for label, r in results["produce"].items():
-            assert "failed" not in r, (label, r)
-            assert (r["lost"], r["duplicated"]) == (0, 0), (label, r)
-        assert results["produce"].keys() >= {report.CHARON, report.CHARON_QUOTAS, report.CHARON_ENCRYPTED}
+        compare.run_variant_rounds(args, running, results)
         store = redis_lib.Redis.from_url(str(running[report.CHARON_ENCRYPTED].redis_url))
         bodies = [store.hget(key, "b") for key in store.scan_iter(match="*:m:*", count=1000)]
-        assert len(bodies) >= 40
+        assert len(bodies) == 300 * 3
         assert all(isinstance(b, bytes) and b.startswith(b"\x01") for b in bodies), bodies[:3]  # sealed
-        assert str(running[report.CHARON_QUOTAS].redis_url) != str(
-            running[report.CHARON].redis_url
-        )  # a store each
-    notes = report.markdown(results, "variants")
-    assert "| produce | charon quotas |" in notes
-    assert re.search(r"produce quotas \d+\.\d\d; produce encrypted \d+\.\d\d", notes), notes
+    rounds = results[report.VARIANT_ROUNDS]["produce"]
+    assert rounds.keys() == {report.CHARON, report.CHARON_QUOTAS, report.CHARON_ENCRYPTED}
+    assert all(len(cpus) == 3 for cpus in rounds.values()), rounds
+    assert all(c is not None and c >= 0 for cpus in rounds.values() for c in cpus), rounds  # /proc's ticks
+    measured = {label: value for label, value, _, _ in report.targets(results)}
+    assert measured.keys() == {
+        "produce server CPU/msg, Charon with quotas / without (median of 3 rounds)",
+        "produce server CPU/msg, queues encrypted / not (median of 3 rounds)",
+    }
+    assert "| produce | charon quotas |" in report.markdown(results, "variants")
 
 
 def test_command_lines() -> None:
@@ -186,6 +184,11 @@ def test_command_lines() -> None:
     with pytest.raises(SystemExit) as ended:
         compare.main(["--workloads", "produce,nonsense"])
     assert ended.value.code == 2
+    with pytest.raises(SystemExit) as ended:
+        compare.main(["--variants", "quotas,nonsense"])
+    assert ended.value.code == 2
+    assert compare.variants_of(compare.DEFAULT_VARIANTS) == list(compare.VARIANTS)
+    assert compare.variants_of("none") == []
 
     args = argparse.Namespace(
         quick=True, workloads=list(compare.WORKLOADS), messages=0, depth_big=0, variants=[]
