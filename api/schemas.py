@@ -348,8 +348,9 @@ class QuotaOut(BaseModel):
     defaults: dict[str, float | None] = Field(description="The service's defaults (CHARON_QUOTAS__*).")
     use: dict[str, int] | None = Field(
         None,
-        description="GET only: what the project holds of its counted quotas, `queues` and `message_bytes`; "
-        "a queue's messages are in its stats (`messages_per_queue` applies to each).",
+        description="GET only: what the project holds of its counted quotas, `queues`, and "
+        "`message_bytes` when that quota applies; a queue's messages are in its stats "
+        "(`messages_per_queue` applies to each).",
     )
 
 

@@ -333,13 +333,14 @@ def variant_rounds(
     if not args.variants:
         return
     n = "5000" if args.quick else str(args.messages)
+    counts = {"produce": str(int(n) * 5), "pipeline": n}  # as the main runs'
     systems = [CHARON, *args.variants]
     for r in range(args.variant_rounds):
         for workload in [w for w in VARIANT_WORKLOADS if w in args.workloads]:
             for label in systems[r % len(systems) :] + systems[: r % len(systems)]:
                 metadata = VARIANTS[label].queue_metadata if label in VARIANTS else None
                 extra = ["--queue-metadata", json.dumps(metadata)] if metadata else []
-                yield workload, label, running[label], ["--messages", n, *extra]
+                yield workload, label, running[label], ["--messages", counts[workload], *extra]
 
 
 def run_variant_rounds(args: argparse.Namespace, running: dict[str, System], results: Results) -> None:
@@ -355,10 +356,10 @@ def run(args: argparse.Namespace) -> Results:
     with tempfile.TemporaryDirectory(prefix="charon-bench-") as tmp:
         workdir = Path(tmp)
         with services(workdir, args.workers, args.peers, args.variants) as running:
+            run_variant_rounds(args, running, results)  # first: every Charon's store as empty as the others'
             for workload, label, module, system, options in plan(args, running):
                 amqp_workload = "produce-one" if label == RABBITMQ_ONE else workload
                 results.setdefault(workload, {})[label] = generator(module, system, amqp_workload, *options)
-            run_variant_rounds(args, running, results)
         if "ping" in args.workloads:
             results["ping"][BARE] = bare_ping(args.workers, "3" if args.quick else "10", workdir)
     return results

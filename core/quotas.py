@@ -9,10 +9,10 @@ rows; tests/api/test_quotas.py holds the settings' fields to them.
 
 Counted quotas (`queues`, `messages_per_queue`, `message_bytes`, `subscriptions`) bound what a project keeps
 in the store. They are counted by the driver in the same atomic step that would cross them, from what the
-store holds (Redis: the project's queue index, a queue's expiry index, the project's message sizes by expiry,
-the project's subscriptions by expiry; MongoDB: an index count or sum in a transaction), so there is no
-counter to drift. The driver reads a project's overrides
-itself and gets the defaults at construction (Counted).
+store holds (Redis: the project's queue index, a queue's expiry index, the project's subscriptions by
+expiry, and for bytes the project's message sizes, whose sum each script that adds or removes a message
+keeps in the same step; MongoDB: an index count or sum in a transaction), so nothing drifts. The driver
+reads a project's overrides itself and gets the defaults at construction (Counted).
 
 Rates: each project has two token buckets, `reads` (GET and HEAD) and `writes` (every other method), each
 refilled at its rate a second up to `burst_seconds` of it (at least 1 token). The bucket lives in the store,

@@ -69,7 +69,9 @@ async def get_quotas(request: Request, project: Project) -> Response:
     store = state_of(request).store
     overrides = await store.get_quota(project)
     shown = _shown(request, project, overrides)
-    shown["use"] = {QUEUES: await store.count_queues(project), MESSAGE_BYTES: await store.held_bytes(project)}
+    shown["use"] = {QUEUES: await store.count_queues(project)}
+    if shown["quotas"][MESSAGE_BYTES] is not None:  # a sum over the project's messages on MongoDB
+        shown["use"][MESSAGE_BYTES] = await store.held_bytes(project)
     return json_response(shown)
 
 

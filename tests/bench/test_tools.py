@@ -154,14 +154,14 @@ def test_the_variants_run_beside_charon_and_are_reported_against_it(tmp_path: Pa
     the report gives each variant's cost against plain Charon's. The encrypted variant's store holds no
     clear body."""
     args = argparse.Namespace(
-        quick=False, workloads=["produce"], messages=300, variants=list(compare.VARIANTS), variant_rounds=3
+        quick=False, workloads=["produce"], messages=60, variants=list(compare.VARIANTS), variant_rounds=3
     )
     results: report.Results = {}
     with compare.services(tmp_path, 1, [], args.variants) as running:
         compare.run_variant_rounds(args, running, results)
         store = redis_lib.Redis.from_url(str(running[report.CHARON_ENCRYPTED].redis_url))
         bodies = [store.hget(key, "b") for key in store.scan_iter(match="*:m:*", count=1000)]
-        assert len(bodies) == 300 * 3
+        assert len(bodies) == 60 * 5 * 3  # produce posts 5 times --messages, as make bench's main runs
         assert all(isinstance(b, bytes) and b.startswith(b"\x01") for b in bodies), bodies[:3]  # sealed
     rounds = results[report.VARIANT_ROUNDS]["produce"]
     assert rounds.keys() == {report.CHARON, report.CHARON_QUOTAS, report.CHARON_ENCRYPTED}

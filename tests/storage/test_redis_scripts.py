@@ -13,7 +13,7 @@ from redis.asyncio.connection import Connection
 
 from core import signatures
 from core.clock import ManualClock
-from core.errors import StorageUnavailable
+from core.errors import QuotaExceeded, StorageUnavailable
 from core.models import QueueRef, RedriveSpec, TaskId
 from storage.redis.keys import ProjectKeys, full_scan_key, touched_key
 from storage.redis.runner import Script, ScriptRunner, pack_evalsha, unavailable_as_domain_error
@@ -294,3 +294,21 @@ async def test_a_signature_step_moves_only_what_was_read_and_found(
         e,
         f,
     }
+
+
+async def test_a_refusal_near_the_largest_byte_quota_names_its_numbers_whole(
+    redis_store: RedisStore, redis_url: str
+) -> None:
+    """Lua writes 10^15 as "1e+15": the refusal of a project holding a petabyte (its sum set by hand) must
+    still be a 403 naming whole numbers, not a reply core cannot read."""
+    await redis_store.set_quota(Q.project, {"message_bytes": 10**15})
+    sizes = ProjectKeys.of(redis_store._namespace, Q.project).message_sizes
+    admin = aioredis.Redis.from_url(redis_url)
+    await admin.hset(sizes, "", 10**15)  # type: ignore[misc]
+    await admin.aclose()
+    with pytest.raises(QuotaExceeded) as refused:
+        await post(redis_store, Q, "one more")
+    assert "holds 1000000000000000 bytes and this would add 10; its quota 'message_bytes' is " in str(
+        refused.value
+    )
+    assert str(refused.value).count("1000000000000000") == 2

@@ -282,7 +282,8 @@ end
 -- The project's message bytes (quota `message_bytes`): keys.py ProjectKeys.message_expiry (ZSET id ->
 -- expiry ms, K.bytes) and .message_sizes (HASH id -> body bytes as stored, and field '' their sum, K.sizes).
 -- Every message is in both from its post (count_bytes) until it is removed (forget_bytes), and expired ones
--- leave when the quota is counted (held_bytes), so the sum is then the live bodies' bytes.
+-- leave when the quota is counted (held_bytes), so the sum is then the live bodies' bytes. The sum is a kept
+-- counter, changed in the same script as the entries it adds up.
 local BYTES_SUM = ''
 
 local function forget_bytes(K, ids)
@@ -298,9 +299,12 @@ local function forget_bytes(K, ids)
   if sum > 0 then redis.call('HINCRBY', K.sizes, BYTES_SUM, -sum) end
 end
 
--- The bytes of the project's live messages (forgets those expired first).
+-- The bytes of the project's live messages (forgets those expired first, at most FORGET_BATCH a call, so a
+-- mass expiry costs each later count a bounded share: until they are all forgotten, the rest still count).
+local FORGET_BATCH = 10000
+
 local function held_bytes(K, now)
-  local expired = redis.call('ZRANGEBYSCORE', K.bytes, '-inf', now)
+  local expired = redis.call('ZRANGEBYSCORE', K.bytes, '-inf', now, 'LIMIT', 0, FORGET_BATCH)
   if #expired > 0 then forget_bytes(K, expired) end
   return tonumber(redis.call('HGET', K.sizes, BYTES_SUM)) or 0
 end
@@ -385,7 +389,8 @@ end
 -- Counted quotas (core/quotas.py; their names are core's): the project's override (keys.py
 -- ProjectKeys.quota), else the operator's default (set_defaults), nil for none. Counted from the indexes
 -- themselves: the project's queues (K.queues) and a queue's live messages (K.expiry after now, which holds
--- every message id: expired ones not yet swept do not count), so no counter can drift.
+-- every message id: expired ones not yet swept do not count), so no counter can drift; message bytes from
+-- the project's sizes (held_bytes), whose sum every script that adds or removes a message keeps.
 local function quota_key(prefix) return prefix .. 'quota' end
 
 local function counted_quota(prefix, name)
@@ -400,7 +405,9 @@ end
 
 -- The refusal of a change past quota `name` (core.quotas.exceeded_reply reads it): `where` holds `use`.
 local function over_quota(name, use, adding, limit, where)
-  return redis.error_reply('CHARON_QUOTA ' .. name .. ' ' .. use .. ' ' .. adding .. ' ' .. limit .. ' ' .. where)
+  -- %.0f: Lua writes a number of 10^14 or more as "1e+14" (message_bytes goes to 10^15)
+  local numbers = string.format('%.0f %.0f %.0f', use, adding, limit)
+  return redis.error_reply('CHARON_QUOTA ' .. name .. ' ' .. numbers .. ' ' .. where)
 end
 
 -- Before queue K (`name`) is created by a caller's request (not by a move), with the DLQ `dlq` a metadata
