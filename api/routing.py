@@ -13,19 +13,28 @@ its query model (api/params.py): a plain route before its endpoint runs, a FastA
 parameters list the model. Its OpenAPI operation is FastAPI's, written from the same declaration: path
 parameters from the path, query parameters from the model. A plain route is documented by an APIRoute that
 serves nothing (`PlainRoute.doc`). Either kind's operation id is named after its policy rule (`operation_id`).
+
+The app is an `App`: FastAPI's, with a leaner stack around the router (`App.build_middleware_stack`), in which
+`Lanes` hands a request for a plain route straight to it, found by its method and path's segments, without
+the router's scan of every route and FastAPI's per-request layers that serve no plain route: a ping cost
+about 30 % less (bench/RESULTS.md, "The request path's layers").
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from operator import itemgetter
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.dependencies.models import Dependant
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.routing import APIRoute
-from starlette.routing import BaseRoute
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.routing import Route as StarletteRoute
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.params import QUERY_KEY, operation_parameters, query_model_of
 from api.policy import rule_for
@@ -232,3 +241,155 @@ async def _documents_only() -> Response:
 def documented(routes: Sequence[BaseRoute]) -> list[BaseRoute]:
     """The routes FastAPI's OpenAPI generator is to see: each plain route as its documenting APIRoute."""
     return [route.doc if isinstance(route, PlainRoute) else route for route in routes]
+
+
+# --- The app and its fast lane ------------------------------------------------------------------------------
+
+Segments = tuple[str | None, ...]  # a path template's segments: a literal, or None for a {parameter}
+# a plain route in a lane: the route, what picks a path's literal segments and what they must be, what picks
+# its parameters' values, and their names
+Lane = tuple[
+    PlainRoute,
+    Callable[[Sequence[Any]], tuple[Any, ...]],
+    tuple[Any, ...],
+    Callable[[Sequence[Any]], tuple[Any, ...]],
+    tuple[str, ...],
+]
+
+
+def _segments(route: BaseRoute) -> Segments | None:
+    """An HTTP route's path template as segments, when each is a literal or a plain `{name}` parameter (one
+    or more characters, no '/', as Starlette matches it); None for any other."""
+    if not isinstance(route, StarletteRoute) or not route.path.startswith("/"):
+        return None
+    out: list[str | None] = []
+    for part in route.path.split("/"):
+        if part.startswith("{") and part.endswith("}") and ":" not in part:
+            out.append(None)
+        elif "{" in part or "}" in part:
+            return None
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+def _overlap(a: Segments, b: Segments) -> bool:
+    """Whether one request path could match both templates."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
+
+
+class Lanes:
+    """The router's last step for plain routes, taken first: a request whose method and path a plain route
+    takes goes straight to its endpoint (with the scope the router would have given it: the endpoint, its
+    path parameters, the router), found by method and number of segments among a few, and what it raises is
+    answered by the app's exception `handlers` (its class's, by its MRO, as Starlette's ExceptionMiddleware
+    finds it; one that has none goes up to RequestLog and ServerErrorMiddleware, the bug's 500). Any other
+    request goes to `slow`: Starlette's ExceptionMiddleware, FastAPI's AsyncExitStackMiddleware (its routes
+    need it) and the router, as before.
+
+    A plain route is in a lane only when no route before it in the router could take the same request (a
+    route the router would try first), so which route serves a request is what the router's scan decides."""
+
+    def __init__(self, router: APIRouter, handlers: dict[Any, Any], slow: ASGIApp) -> None:
+        self.router, self.handlers, self.slow = router, handlers, slow
+        self.lanes: dict[tuple[str, int], list[Lane]] = {}  # by method and number of segments
+        seen: list[tuple[set[str] | None, Segments | None]] = []  # the routes before, in the router's order
+        for route in router.routes:
+            methods = getattr(route, "methods", None) if isinstance(route, StarletteRoute) else None
+            shape = _segments(route)
+            if isinstance(route, PlainRoute) and shape is not None and methods:
+                for method in sorted(methods):
+                    if any(
+                        other is None or ((ms is None or method in ms) and _overlap(other, shape))
+                        for ms, other in seen
+                    ):
+                        continue  # an earlier route could take it: the router decides
+                    self.lanes.setdefault((method, len(shape)), []).append(_lane(route, shape))
+            if not isinstance(route, WebSocketRoute):  # any other could take an HTTP request
+                seen.append((methods, shape))
+
+    def find(self, scope: Scope) -> tuple[PlainRoute, dict[str, str]] | None:
+        """The plain route whose lane takes this request, and its path parameters; None: the router's."""
+        if scope["type"] != "http" or scope.get("root_path"):
+            return None
+        parts = scope["path"].split("/")
+        for route, literals, expected, params, names in self.lanes.get((scope["method"], len(parts)), ()):
+            if literals(parts) == expected:
+                values = params(parts)
+                if "" not in values:
+                    return route, dict(zip(names, values, strict=True))
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = self.find(scope)
+        if found is None:
+            await self.slow(scope, receive, send)
+            return
+        route, scope["path_params"] = found
+        scope["router"] = self.router
+        scope["endpoint"] = route.endpoint
+        try:
+            await route.app(scope, receive, send)
+        except Exception as exc:
+            handler = next((self.handlers[c] for c in type(exc).__mro__ if c in self.handlers), None)
+            if handler is None:
+                raise
+            response = await handler(Request(scope, receive), exc)
+            await response(scope, receive, send)
+            exc.__traceback__ = None  # as Starlette's: a reused exception would gather tracebacks
+
+
+def _lane(route: PlainRoute, shape: Segments) -> Lane:
+    literal = [i for i, p in enumerate(shape) if p is not None]
+    param = [i for i, p in enumerate(shape) if p is None]
+    names = tuple(route.param_convertors)
+    assert len(names) == len(param), route.path
+    literals = _picker(literal)
+    return route, literals, literals(shape), _picker(param), names
+
+
+def _picker(indexes: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """The items at `indexes` of a sequence, as a tuple (operator.itemgetter's speed; its one-index case and
+    the empty one made tuples too)."""
+    if not indexes:
+        return lambda parts: ()
+    if len(indexes) == 1:
+        (i,) = indexes
+        return lambda parts: (parts[i],)
+    return itemgetter(*indexes)
+
+
+class App(FastAPI):
+    """FastAPI, with a leaner stack around its router: Starlette's ServerErrorMiddleware, the app's own
+    middleware, then `Lanes`, which serves the plain routes itself and hands the rest to Starlette's
+    ExceptionMiddleware (the app's handlers), FastAPI's AsyncExitStackMiddleware and the router. Left out
+    are FastAPI's per-request layers that do nothing here: its native telemetry's (off: Charon traces
+    through CHARON_TRACING, app/tracing.py, which still finds ServerErrorMiddleware outermost) and its
+    app-wide body limit's (none is set: api/deps.py bounds each body as it is read)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan and websockets: FastAPI's own way
+            await super().__call__(scope, receive, send)
+            return
+        if self.root_path:
+            scope["root_path"] = self.root_path
+        scope["app"] = self
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        await self.middleware_stack(scope, receive, send)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        assert self.max_body_size is None, "bodies are bounded as they are read (api/deps.py)"
+        assert not self._native_telemetry.enabled(), "FastAPI's telemetry is off (app/main.py)"
+        error_handler = None
+        handlers: dict[Any, Any] = {}
+        for key, value in self.exception_handlers.items():
+            if key in (500, Exception):
+                error_handler = value
+            else:
+                handlers[key] = value
+        slow = ExceptionMiddleware(AsyncExitStackMiddleware(self.router), handlers=handlers, debug=self.debug)
+        app: ASGIApp = Lanes(self.router, handlers, slow)
+        for cls, args, kwargs in reversed(self.user_middleware):
+            app = cls(app, *args, **kwargs)
+        return ServerErrorMiddleware(app, handler=error_handler, debug=self.debug)

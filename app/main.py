@@ -33,7 +33,7 @@ from api.metrics import HttpMetrics
 from api.policy import Policy
 from api.routes import admin, claims, docs, health, messages, queues, quotas, redrive, subscriptions, topics
 from api.routes import metrics as metrics_route
-from api.routing import PlainRoute, documented
+from api.routing import App, PlainRoute, documented
 from api.schemas import REQUEST_MODELS
 from api.state import AppState, attach, state_of
 from api.ws_notices import Notices
@@ -215,7 +215,7 @@ def create_app(
     clock = clock or SystemClock()
     provider, exporting = tracer_providers(settings, tracer_provider)
     serving = Serving(settings, clock, store, notify, store_tracer(provider), exporting)
-    app = FastAPI(
+    app = App(
         title="Charon",
         version=VERSION,
         description="A Zaqar-v2-compatible message queue with first-class dead-letter queues.",

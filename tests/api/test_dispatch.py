@@ -16,7 +16,7 @@ from api.access import RequestLog
 from api.errors import JSON_PATCH
 from api.head import HeadAsGet
 from api.metrics import HttpMetrics
-from api.routing import PlainRoute, Router
+from api.routing import App, Lanes, PlainRoute, Router
 from app.main import create_app
 from app.settings import Settings
 from core import errors
@@ -65,6 +65,68 @@ def test_each_request_is_served_by_the_route_declared_for_it() -> None:
             scope = {"type": "http", "path": path, "method": method, "root_path": "", "path_params": {}}
             first = next(r for r in app.router.routes if r.matches(scope)[0] == Match.FULL)
             assert first is route, (method, route.path)
+
+
+def _lanes(app: FastAPI) -> Lanes:
+    layer = app.build_middleware_stack()
+    while not isinstance(layer, Lanes):
+        layer = layer.app  # type: ignore[attr-defined]
+    return layer
+
+
+def test_a_plain_routes_lane_serves_what_the_router_would() -> None:
+    """The lanes (api/routing.py) take a plain route's requests before the router: for every route and
+    method, with each parameter a value or a literal of another route, the lane picks the route the router's
+    scan picks, or leaves the request to it; the hot routes each have a lane."""
+    app = create_app(Settings(storage_uri="redis://unused"))
+    assert isinstance(app, App)
+    lanes = _lanes(app)
+    paths = [getattr(r, "path", "") for r in app.router.routes]
+    literals = {"x", *(p for path in paths for p in path.split("/") if "{" not in p)}
+    laned = set()
+    for route in app.router.routes:
+        if isinstance(route, WebSocketRoute):
+            continue
+        assert isinstance(route, StarletteRoute)
+        for method in route.methods or ():
+            for value in sorted(literals):
+                path = re.sub(r"{\w+}", value, route.path)
+                scope = {"type": "http", "path": path, "method": method, "root_path": "", "path_params": {}}
+                first = next((r for r in app.router.routes if r.matches(scope)[0] == Match.FULL), None)
+                found = lanes.find(scope)
+                if found is not None:
+                    assert found[0] is first, (method, path)
+                    assert found[1] == first.matches(scope)[1]["path_params"], (method, path)
+                    laned.add(found[0].name)
+    assert laned >= HOT
+
+
+def test_a_plain_route_behind_another_that_takes_its_requests_is_left_to_the_router() -> None:
+    app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0))
+    router = Router()
+    anyone = {"x-policy-rule": "home:get"}
+
+    @router.get("/v2/shadow/{name}", openapi_extra=anyone)
+    async def first(request: Request) -> Response:
+        return Response(b"first")
+
+    @router.plain("GET", "/v2/shadow/x", openapi_extra=anyone)
+    async def second(request: Request) -> Response:
+        return Response(b"second")
+
+    app.router.routes[:0] = router.routes
+    lanes = _lanes(app)
+    assert lanes.find({"type": "http", "path": "/v2/shadow/x", "method": "GET"}) is None
+
+
+async def test_requests_no_lane_takes_are_answered_as_the_router_answers_them() -> None:
+    async with api_client(create_app(Settings(storage_uri="redis://unused", sweep_interval=0))) as client:
+        empty = await client.post("/v2/queues//messages", json={"messages": [{"body": 1}]})
+        trailing = await client.get("/v2/ping/")
+        wrong_method = await client.post("/v2/ping")
+    assert [empty.status_code, trailing.status_code, wrong_method.status_code] == [404, 404, 405]
+    assert {empty.json()["title"], trailing.json()["title"]} == {"Not found"}
+    assert wrong_method.json()["title"] == "Method not allowed"
 
 
 def _app_raising(strict_parameters: bool = False) -> FastAPI:
