@@ -1,4 +1,4 @@
-"""The Lua scripts (lua/*.lua, each prefixed with lib.lua), one typed wrapper each.
+"""The Lua scripts (lua/*.lua, each prefixed with the part of lib.lua it uses), one typed wrapper each.
 
 A wrapper takes the queue it works on as a `Target` and its arguments by name, puts every key it knows in
 KEYS (built by keys.py), runs the script through the one `ScriptRunner`, and returns a typed reply. Queue
@@ -8,6 +8,7 @@ queue name, now, and the operator's dead-letter defaults.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -99,9 +100,40 @@ def defaults_args(defaults: DeadLetterDefaults, quotas: Counted | None = None) -
 
 
 def wrapped(lib: str, body: str) -> str:
-    """A script's text: lib.lua, then its body as a function, whose answer is returned after lib.lua's
-    publish_wakes() has told long polls of the messages the body made claimable (however it returns)."""
-    return f"{lib}\nlocal function main()\n{body}\nend\nlocal reply = main()\npublish_wakes()\nreturn reply\n"
+    """A script's text: the part of lib.lua it uses (`used`), then its body as a function, whose answer is
+    returned after lib.lua's publish_wakes() has told long polls of the messages the body made claimable
+    (however it returns)."""
+    tail = f"local function main()\n{body}\nend\nlocal reply = main()\npublish_wakes()\nreturn reply\n"
+    return f"{used(lib, tail)}\n{tail}"
+
+
+_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def used(lib: str, code: str) -> str:
+    """lib.lua's definitions that `code` needs, itself or through one another, in lib.lua's order: each
+    top-level `local NAME = ...` or `local function NAME(...) ... end` (a definition runs to the next one,
+    the comments before that included), whenever its name is a word of `code` or of a definition kept.
+
+    Every script ran the whole of lib.lua first, a closure made for each of its hundred functions: 20 us of
+    redis-server's CPU a call on this machine, a script that returns 1 (bench/RESULTS.md, "The request
+    path's layers"). A name found in a comment or a string only keeps a definition more. The text before the
+    first definition (lib.lua's header comment) is kept."""
+    starts = [m.start() for m in _DEFINITION.finditer(lib)]
+    if not starts:
+        return lib
+    chunks = [lib[a:b] for a, b in zip(starts, [*starts[1:], len(lib)], strict=True)]
+    names = [_DEFINITION.match(c).group(1) for c in chunks]  # type: ignore[union-attr]
+    defined = dict(zip(names, chunks, strict=True))
+    wanted: set[str] = set()
+    todo = set(_NAME.findall(code))
+    while todo:
+        name = todo.pop()
+        if name in defined and name not in wanted:
+            wanted.add(name)
+            todo |= set(_NAME.findall(defined[name]))
+    return lib[: starts[0]] + "".join(c for n, c in zip(names, chunks, strict=True) if n in wanted)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ bound on script connections and its wait (the layout: test_layout.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import uuid
 
@@ -17,12 +18,34 @@ from core.errors import QuotaExceeded, StorageUnavailable
 from core.models import QueueRef, RedriveSpec, TaskId
 from storage.redis.keys import ProjectKeys, full_scan_key, touched_key
 from storage.redis.runner import Script, ScriptRunner, pack_evalsha, unavailable_as_domain_error
-from storage.redis.scripts import ReadAhead
+from storage.redis.scripts import SCRIPT_NAMES, ReadAhead, _source, library, used, wrapped
 from storage.redis.store import RedisStore
 from tests.contract.helpers import DLQ, Q, post, set_policy
 from tests.contract.test_redrive import LEASE_MS, OWNER, dead_letter, run_on
 from tests.contract.test_subscriptions import HOOK, subscribe
 from tests.servers import RedisServer
+
+
+def test_a_script_carries_the_part_of_lib_lua_it_uses() -> None:
+    """scripts.used(): the definitions a code names, those they name in turn, in lib.lua's order, and no
+    other; every script's text defines each lib.lua name it uses (an undefined local would be a nil global
+    when the script runs), and carries less than the whole of lib.lua."""
+    lib = (
+        "-- header\nlocal A = 1\nlocal function f(x)\n  return x + A\nend\n-- g's comment\n"
+        "local function g(x)\n  return f(x)\nend\nlocal function h()\n  return 2\nend\n"
+    )
+    assert used(lib, "return g(1)") == (
+        "-- header\nlocal A = 1\nlocal function f(x)\n  return x + A\nend\n-- g's comment\n"
+        "local function g(x)\n  return f(x)\nend\n"
+    )
+    assert used(lib, "return h()") == "-- header\nlocal function h()\n  return 2\nend\n"
+    full = library()
+    names = set(re.findall(r"^local (?:function )?(\w+)", full, re.MULTILINE))
+    for name in SCRIPT_NAMES:
+        text = wrapped(full, _source(name))
+        defined = set(re.findall(r"^local (?:function )?(\w+)", text, re.MULTILINE))
+        assert names & set(re.findall(r"\w+", re.sub(r"--[^\n]*", "", text))) <= defined, name
+        assert len(text) < len(full) + len(_source(name)), name
 
 
 async def test_scripts_reload_after_script_flush(redis_store: RedisStore, redis_url: str) -> None:

@@ -1,4 +1,5 @@
--- lib.lua: prepended to every script by scripts.py. Helpers only, and the SWEEP flag.
+-- lib.lua: the part of it a script uses is prepended to the script by scripts.py (used()). Helpers only, and
+-- the SWEEP flag.
 --
 -- The layout (every key and hash field name) is storage/redis/keys.py's: a script gets the keys its caller
 -- knows in KEYS, and derives here only those it finds in data (a DLQ's keys from the queue's policy, a
