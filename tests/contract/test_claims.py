@@ -108,5 +108,19 @@ async def test_grace_keeps_claimed_message_alive(store: Store, clock: ManualCloc
     assert await store.get_messages(Q, [mid]) == []
 
 
+async def test_a_claims_messages_are_as_a_read_after_it_finds_them(store: Store) -> None:
+    """What a claim returns of each message (its count, claim, claim's end, and an expiry the grace rule
+    moved) is what reading the message just after finds: first claims and later ones, with the grace rule
+    moving the expiry and not."""
+    ids = await post(store, Q, "short", ttl=60)
+    ids += await post(store, Q, "long", ttl=3600)
+    for _ in range(2):
+        result = await store.claim(Q, ttl=100, grace=20, limit=2)
+        assert result.claim is not None
+        assert result.claim.messages == await store.get_messages(Q, ids)
+        assert [m.claim_count for m in result.claim.messages] == [1 + _] * 2
+        await store.release_claim(Q, result.claim.id)
+
+
 async def test_release_unknown_claim_is_a_no_op(store: Store) -> None:
     await store.release_claim(Q, ClaimId("a" * 32))
