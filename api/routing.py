@@ -22,6 +22,7 @@ about 30 % less (bench/RESULTS.md, "The request path's layers").
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, TypeVar
@@ -53,6 +54,7 @@ def _calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
 
 
 RULE_KEY = "x-policy-rule"  # the operation's policy rule, in its OpenAPI entry
+ANSWERING = "charon.answering"  # in a plain route's scope once its answer is being sent
 
 
 def route_rule(method: str, path: str, openapi_extra: dict[str, Any] | None) -> str | None:
@@ -114,8 +116,9 @@ class Route(APIRoute):
 class PlainRoute(StarletteRoute):
     """A Starlette route: `endpoint(request)`, or `endpoint(request, query)` when it takes a query model.
 
-    It has no request wrapper of its own (Starlette's `request_response`): an error goes up to the app's
-    ExceptionMiddleware, which answers it with the app's handlers, as the wrapper would have here."""
+    It has no request wrapper of its own (Starlette's `request_response`): an error goes up to `Lanes` (or,
+    for a request the router serves it, the app's ExceptionMiddleware), which answers it with the app's
+    handlers, as the wrapper would have here. It marks the scope (ANSWERING) as its answer begins."""
 
     def __init__(
         self,
@@ -143,6 +146,7 @@ class PlainRoute(StarletteRoute):
                 if rule is not None:
                     await (guard or state_of(request).auth.authorize)(request, rule)
                 response = await endpoint(request, model.parse(request, path))
+                scope[ANSWERING] = True
                 await response(scope, receive, send)
 
         else:
@@ -155,6 +159,7 @@ class PlainRoute(StarletteRoute):
                 if scope["query_string"]:
                     model.parse(request, path)  # refuses any parameter
                 response = await endpoint(request)
+                scope[ANSWERING] = True
                 await response(scope, receive, send)
 
         self.app = serve
@@ -288,7 +293,9 @@ class Lanes:
     need it) and the router, as before.
 
     A plain route is in a lane only when no route before it in the router could take the same request (a
-    route the router would try first), so which route serves a request is what the router's scan decides."""
+    route the router would try first), so which route serves a request is what the router's scan decides.
+    The lanes are made with the app's middleware stack (its first request, or the lifespan's start), from
+    the routes it has then: `create_app` adds every route before."""
 
     def __init__(self, router: APIRouter, handlers: dict[Any, Any], slow: ASGIApp) -> None:
         self.router, self.handlers, self.slow = router, handlers, slow
@@ -334,6 +341,8 @@ class Lanes:
             handler = next((self.handlers[c] for c in type(exc).__mro__ if c in self.handlers), None)
             if handler is None:
                 raise
+            if scope.get(ANSWERING):  # as Starlette's: no second answer
+                raise RuntimeError("Caught handled exception, but response already started.") from exc
             response = await handler(Request(scope, receive), exc)
             await response(scope, receive, send)
             exc.__traceback__ = None  # as Starlette's: a reused exception would gather tracebacks
@@ -379,13 +388,15 @@ class App(FastAPI):
         await self.middleware_stack(scope, receive, send)
 
     def build_middleware_stack(self) -> ASGIApp:
-        assert self.max_body_size is None, "bodies are bounded as they are read (api/deps.py)"
-        assert not self._native_telemetry.enabled(), "FastAPI's telemetry is off (app/main.py)"
+        if self.max_body_size is not None or self._native_telemetry.enabled():
+            raise RuntimeError("App leaves out FastAPI's body limit and telemetry: both must be off")
         error_handler = None
         handlers: dict[Any, Any] = {}
         for key, value in self.exception_handlers.items():
             if key in (500, Exception):
                 error_handler = value
+            elif isinstance(key, int) or not inspect.iscoroutinefunction(value):
+                raise RuntimeError(f"Lanes take handlers of exception classes, coroutines: not {key!r}")
             else:
                 handlers[key] = value
         slow = ExceptionMiddleware(AsyncExitStackMiddleware(self.router), handlers=handlers, debug=self.debug)

@@ -4,6 +4,7 @@ declared for it, every error answered by the app's exception handlers whichever 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -117,6 +118,41 @@ def test_a_plain_route_behind_another_that_takes_its_requests_is_left_to_the_rou
     app.router.routes[:0] = router.routes
     lanes = _lanes(app)
     assert lanes.find({"type": "http", "path": "/v2/shadow/x", "method": "GET"}) is None
+
+
+class _FailingMidway(Response):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise errors.NotFound("after the answer began")
+
+
+async def test_an_error_after_a_plain_routes_answer_began_is_not_answered_twice() -> None:
+    """As Starlette's ExceptionMiddleware: a handled error raised once the answer has begun is not answered
+    a second time (the connection ends with what was sent); the lane raises it as a bug instead."""
+    app = create_app(Settings(storage_uri="redis://unused", sweep_interval=0))
+    router = Router()
+
+    @router.plain("GET", "/v2/test/midway", openapi_extra={"x-policy-rule": "home:get"})
+    async def midway(request: Request) -> Response:
+        return _FailingMidway()
+
+    app.router.routes.extend(router.routes)
+    async with api_client(app) as client:
+        transport = client._transport
+        assert isinstance(transport, httpx.ASGITransport)
+        with pytest.raises(RuntimeError, match="response already started"):
+            await client.get("/v2/test/midway")
+
+
+def test_the_app_refuses_what_its_lanes_would_leave_out() -> None:
+    """App leaves FastAPI's body limit and telemetry out, and answers a lane's errors with handlers of
+    exception classes that are coroutines: a configuration that needs more is refused, not ignored."""
+    with pytest.raises(RuntimeError, match="body limit and telemetry"):
+        App(max_body_size=10).build_middleware_stack()
+    app = App(telemetry={"tracing": False, "metrics": False, "logs": False})
+    app.add_exception_handler(404, lambda request, exc: Response(b""))
+    with pytest.raises(RuntimeError, match="handlers of exception classes"):
+        app.build_middleware_stack()
 
 
 async def test_requests_no_lane_takes_are_answered_as_the_router_answers_them() -> None:
