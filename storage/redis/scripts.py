@@ -107,32 +107,48 @@ def wrapped(lib: str, body: str) -> str:
     return f"{used(lib, tail)}\n{tail}"
 
 
-_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
+_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)(\s*,)?", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_COMMENT_LINE = re.compile(r"^[ \t]*--.*$", re.MULTILINE)
+_TOP_LEVEL = re.compile(r"local |end\b|--")  # how each of lib.lua's lines at column 0 begins
+
+
+def _names(code: str) -> set[str]:
+    """The words of `code`, its comment lines left out."""
+    return set(_NAME.findall(_COMMENT_LINE.sub("", code)))
 
 
 def used(lib: str, code: str) -> str:
     """lib.lua's definitions that `code` needs, itself or through one another, in lib.lua's order: each
     top-level `local NAME = ...` or `local function NAME(...) ... end` (a definition runs to the next one,
-    the comments before that included), whenever its name is a word of `code` or of a definition kept.
+    the comments before that included), whenever its name is a word of `code` or of a definition kept (comment
+    lines left out).
 
-    Every script ran the whole of lib.lua first, a closure made for each of its hundred functions: 20 us of
-    redis-server's CPU a call on this machine, a script that returns 1 (bench/RESULTS.md, "The request
-    path's layers"). A name found in a comment or a string only keeps a definition more. The text before the
-    first definition (lib.lua's header comment) is kept."""
-    starts = [m.start() for m in _DEFINITION.finditer(lib)]
+    Every script ran the whole of lib.lua first, a closure made for each of its 81 definitions: 20-25 us of
+    redis-server's CPU a call on this machine (bench/RESULTS.md, "The request path's layers"). A name found
+    in a string (or a comment at a line's end) only keeps a definition more. The text before the first
+    definition (lib.lua's header comment) is kept. Refused, as they would be cut wrong: a top-level `local
+    a, b = ...` (one name a definition), and a top-level line that is no definition's (a statement of its
+    own, a forward declaration's assignment)."""
+    found = list(_DEFINITION.finditer(lib))
+    if any(m.group(2) for m in found):
+        raise ValueError("lib.lua: one name a top-level definition (scripts.used)")
+    stray = [line for line in lib.splitlines() if line[:1].strip() and not _TOP_LEVEL.match(line)]
+    if stray:  # a statement of its own would go with the definition before it
+        raise ValueError(f"lib.lua: only definitions at the top level (scripts.used): {stray[0]!r}")
+    starts = [m.start() for m in found]
     if not starts:
         return lib
     chunks = [lib[a:b] for a, b in zip(starts, [*starts[1:], len(lib)], strict=True)]
     names = [_DEFINITION.match(c).group(1) for c in chunks]  # type: ignore[union-attr]
     defined = dict(zip(names, chunks, strict=True))
     wanted: set[str] = set()
-    todo = set(_NAME.findall(code))
+    todo = _names(code)
     while todo:
         name = todo.pop()
         if name in defined and name not in wanted:
             wanted.add(name)
-            todo |= set(_NAME.findall(defined[name]))
+            todo |= _names(defined[name])
     return lib[: starts[0]] + "".join(c for n, c in zip(names, chunks, strict=True) if n in wanted)
 
 

@@ -39,6 +39,10 @@ def test_a_script_carries_the_part_of_lib_lua_it_uses() -> None:
         "local function g(x)\n  return f(x)\nend\n"
     )
     assert used(lib, "return h()") == "-- header\nlocal function h()\n  return 2\nend\n"
+    with pytest.raises(ValueError, match="one name a top-level definition"):
+        used("local a, b = 1, 2\n", "return a")
+    with pytest.raises(ValueError, match="only definitions at the top level"):
+        used("local a\na = 1\n", "return a")
     full = library()
     names = set(re.findall(r"^local (?:function )?(\w+)", full, re.MULTILINE))
     for name in SCRIPT_NAMES:
