@@ -95,6 +95,45 @@ class BoundedHttp(HttpToolsProtocol):
             self.server_state.charon_sweep = sweep  # type: ignore[attr-defined]
             self.loop.call_later(SWEEP_S, sweep)
 
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # the request's new cycle
+            cycle.transport = OneSend(self.transport, cycle)  # type: ignore[assignment]  # what it uses of one
+
+
+class OneSend:
+    """A request cycle's transport: uvicorn's RequestResponseCycle writes a response's status line and
+    headers, then its body, each with a write of its own, two send(2) calls where one does (a system call
+    is several us on a shared machine). This holds the head until the body's first write and sends the two
+    together. A HEAD's head, which no body follows, goes at once; a connection closed meanwhile (an app that
+    failed after it began its answer) gets it first, as it did before. Anything else is the transport's."""
+
+    __slots__ = ("_cycle", "_head", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self._transport, self._cycle = transport, cycle
+        self._head: bytes | None = None
+        self._held = False  # this response's head was held
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        elif not self._held and self._cycle.response_started and self._cycle.scope["method"] != "HEAD":
+            self._held = True  # the first write once the answer began: its head (a 100 Continue is before)
+            self._head = data
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._head is not None:
+            self._transport.write(self._head)
+            self._head = None
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
 
 class Sweep:
     """Every SWEEP_S, each connection's phase, read from uvicorn's state of it: waiting for a request's
