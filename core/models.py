@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Generic, Literal, NewType, TypeVar
@@ -10,6 +11,20 @@ from core import signatures
 
 MessageId = NewType("MessageId", str)
 ClaimId = NewType("ClaimId", str)
+
+
+def new_ids(n: int) -> list[str]:
+    """`n` new ids (of messages, claims, leases): 32 random hex digits each, as uuid4().hex without building
+    UUIDs (ten of them were 5 % of a post), from one os.urandom call (a system call each was ten a post)."""
+    digits = os.urandom(16 * n).hex()
+    return [digits[i : i + 32] for i in range(0, 32 * n, 32)]
+
+
+def new_id() -> str:
+    """A new id, as new_ids makes them."""
+    return os.urandom(16).hex()
+
+
 DeadLetterReason = Literal["max_claims", "expired", "rejected"]
 
 T = TypeVar("T")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -61,6 +60,8 @@ from core.models import (
     Subscription,
     SubscriptionId,
     TaskId,
+    new_id,
+    new_ids,
 )
 from core.quotas import MESSAGE_BYTES, MESSAGES_PER_QUEUE, QUEUES, Bucket, Counted, Grant, exceeded
 from core.sealing import stored_body
@@ -152,10 +153,6 @@ BACKGROUND = frozenset(
         "outbox_stats",
     }
 )
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 async def _to_its_end(step: Coroutine[Any, Any, R]) -> R:
@@ -437,7 +434,7 @@ class MongoStore:
         idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
         now = self._now()
-        ids = [MessageId(new_id()) for _ in messages]
+        ids = [MessageId(i) for i in new_ids(len(messages))]
 
         # A queue that does not exist yet has no policy, so creating it before the size check is harmless; a
         # post larger than the queue's message quota alone is refused before (a new queue holds none).

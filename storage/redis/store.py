@@ -8,7 +8,6 @@ the project's hash tag (keys.py), so Redis Cluster works too.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, cast
@@ -39,6 +38,8 @@ from core.models import (
     Subscription,
     SubscriptionId,
     TaskId,
+    new_id,
+    new_ids,
 )
 from core.quotas import READS, WRITES, Bucket, Counted, Grant
 from core.sealing import stored_body
@@ -72,11 +73,6 @@ FULL_SCAN_MS = 30_000  # how often some sweeper walks every project, to repair w
 
 
 log = logging.getLogger("charon.redis")
-
-
-def new_id() -> str:
-    """32 random hex digits (as uuid4().hex, without building a UUID: ten of those were 5% of a post)."""
-    return os.urandom(16).hex()
 
 
 def _task_member(q: QueueRef, task_id: str) -> str:
@@ -305,7 +301,7 @@ class RedisStore:
         body_size: int,
         idempotency: Idempotency | None = None,
     ) -> list[MessageId]:
-        ids = [MessageId(new_id()) for _ in messages]
+        ids = [MessageId(i) for i in new_ids(len(messages))]
         record = None
         if idempotency is not None:
             key = QueueKeys.of(self._namespace, q).idempotency(idempotency.key)
