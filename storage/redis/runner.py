@@ -421,14 +421,18 @@ async def _send(conn: Any, command: bytes) -> None:
     the call did not happen (a ConnectionError or TimeoutError, StorageUnavailable to the caller, and safe to
     send again). Once the whole command is out, it may run: `_send` returns, and the reply's read says how
     it went (OutcomeUnknown for a write that fails then). A closed connection raises ConnectionError
-    whichever event loop runs."""
+    whichever event loop runs. The timer is armed only when the kernel did not take the whole command at
+    once (a timer a call was three asyncio.get_running_loop calls, a getpid(2) each on Python 3.11)."""
     writer = None
     try:
         if conn.health_check_interval:
             await conn.check_health()
         writer = conn._writer  # None once disconnected: the AttributeError closed_transport knows
         writer.writelines((command,))
-        async with asyncio.timeout(conn.socket_timeout):
+        if writer.transport.get_write_buffer_size():  # not all of it taken by the kernel yet: wait, bounded
+            async with asyncio.timeout(conn.socket_timeout):
+                await writer.drain()
+        else:  # all of it went: drain() cannot wait (it only raises what the connection knows of)
             await writer.drain()
     except (RuntimeError, AttributeError) as exc:
         raise await _closed_connection(conn, exc) from None
