@@ -125,7 +125,7 @@ def used(lib: str, code: str) -> str:
     lines left out).
 
     Every script ran the whole of lib.lua first, a closure made for each of its 81 definitions: 20-25 us of
-    redis-server's CPU a call on this machine (bench/RESULTS.md, "The request path's layers"). A name found
+    redis-server's CPU a call on this machine (bench/RESULTS.md, "Issue 42, second session"). A name found
     in a string (or a comment at a line's end) only keeps a definition more. The text before the first
     definition (lib.lua's header comment) is kept. Refused, as they would be cut wrong: a top-level `local
     a, b = ...` (one name a definition), and a top-level line that is no definition's (a statement of its
