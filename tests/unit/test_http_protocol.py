@@ -73,17 +73,26 @@ APP = Starlette(
 )
 
 
-async def _exchange(raw: bytes, answers: int = 1) -> Recorded:
+def _connected() -> tuple[BoundedHttp, Recorded]:
     config = CharonConfig(APP, bounds=HttpSettings(), log_level="warning")
     config.load()
     protocol = BoundedHttp(config=config, server_state=ServerState(), app_state={})
     transport = Recorded()
     protocol.connection_made(transport)
-    protocol.data_received(raw)
+    return protocol, transport
+
+
+async def _answered(protocol: BoundedHttp, answers: int) -> None:
     for _ in range(200):
         await asyncio.sleep(0)
         if protocol.server_state.total_requests >= answers and not protocol.tasks:
-            break
+            return
+
+
+async def _exchange(raw: bytes, answers: int = 1) -> Recorded:
+    protocol, transport = _connected()
+    protocol.data_received(raw)
+    await _answered(protocol, answers)
     protocol.connection_lost(None)
     return transport
 
@@ -109,20 +118,13 @@ async def test_a_head_is_answered_with_its_head_alone() -> None:
 
 async def test_a_100_continue_goes_before_the_body_is_read() -> None:
     head = b"POST /json HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n"
-    config = CharonConfig(APP, bounds=HttpSettings(), log_level="warning")
-    config.load()
-    protocol = BoundedHttp(config=config, server_state=ServerState(), app_state={})
-    transport = Recorded()
-    protocol.connection_made(transport)
+    protocol, transport = _connected()
     protocol.data_received(head)
     for _ in range(50):
         await asyncio.sleep(0)
     assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]  # not held: the client waits for it
     protocol.data_received(b"hi")
-    for _ in range(200):
-        await asyncio.sleep(0)
-        if protocol.server_state.total_requests:
-            break
+    await _answered(protocol, 1)
     protocol.connection_lost(None)
     assert len(transport.writes) == 2
     assert transport.writes[1].endswith(b'{"body":"hi"}')
