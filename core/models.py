@@ -22,7 +22,7 @@ def new_ids(n: int) -> list[str]:
 
 def new_id() -> str:
     """A new id, as new_ids makes them."""
-    return os.urandom(16).hex()
+    return new_ids(1)[0]
 
 
 DeadLetterReason = Literal["max_claims", "expired", "rejected"]

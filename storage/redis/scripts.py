@@ -140,7 +140,7 @@ def used(lib: str, code: str) -> str:
     if not starts:
         return lib
     chunks = [lib[a:b] for a, b in zip(starts, [*starts[1:], len(lib)], strict=True)]
-    names = [_DEFINITION.match(c).group(1) for c in chunks]  # type: ignore[union-attr]
+    names = [m.group(1) for m in found]
     defined = dict(zip(names, chunks, strict=True))
     wanted: set[str] = set()
     todo = _names(code)
