@@ -126,6 +126,14 @@ RULES: tuple[tuple[str, str, str, str, str], ...] = (
         "Read the API documentation: Swagger UI (/docs), ReDoc (/redoc) and their assets (EXT; without "
         "credentials while the rule lets anyone in: api/routes/docs.py).",
     ),
+    (
+        "console:get",
+        ANYONE,
+        "GET",
+        "/console",
+        "Load the dead-letter console's page and its files (EXT; without credentials while the rule lets "
+        "anyone in: the page then calls the API with the operator's own, api/routes/console.py).",
+    ),
 )
 
 # Routes no rule guards: they answer without credentials (the version document, ping, the probes, the API

@@ -31,7 +31,19 @@ from api.head import HeadAsGet
 from api.keystone import TokenValidator, Trustee
 from api.metrics import HttpMetrics
 from api.policy import Policy
-from api.routes import admin, claims, docs, health, messages, queues, quotas, redrive, subscriptions, topics
+from api.routes import (
+    admin,
+    claims,
+    console,
+    docs,
+    health,
+    messages,
+    queues,
+    quotas,
+    redrive,
+    subscriptions,
+    topics,
+)
 from api.routes import metrics as metrics_route
 from api.routing import App, PlainRoute, documented
 from api.schemas import REQUEST_MODELS
@@ -348,7 +360,7 @@ def add_routes(app: FastAPI) -> list[BaseRoute]:
     app.router.routes[:0] = hot
     app.router.routes.extend(r for r in declared if r not in hot)
     topical = topics.topic_routes()  # after every queue route: a queue's request tries none of them
-    app.router.routes += topical + metrics_route.router.routes + docs.router.routes  # docs: undocumented
+    app.router.routes += topical + metrics_route.router.routes + docs.router.routes + console.router.routes
     app.router.routes += websocket.ROUTES  # websocket scopes only: GET / is still the versions document
     return declared + topical + metrics_route.router.routes
 

@@ -36,9 +36,9 @@ def _domain_errors() -> list[type[errors.CharonError]]:
 def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> None:
     app = create_app(Settings(storage_uri="redis://unused"))
     plain = [r for r in app.router.routes if isinstance(r, PlainRoute)]
-    # GET /metrics and the documentation pages: plain for their guards; the probes (/livez, /readyz): plain,
-    # they resolve nothing; not hot
-    pages = {"swagger_ui", "redoc", "docs_asset"}
+    # GET /metrics, the documentation pages and the console's: plain for their guards; the probes (/livez,
+    # /readyz): plain, they resolve nothing; not hot
+    pages = {"swagger_ui", "redoc", "docs_asset", "console_page", "console_asset"}
     assert {r.name for r in plain} == HOT | {"metrics", "livez", "readyz"} | pages
     assert not any(isinstance(r, APIRoute) for r in plain)
     hot = [r for r in plain if r.name in HOT and not r.path.startswith("/v2/topics")]
