@@ -21,7 +21,7 @@ ZAQAR_VENV    := .venv-zaqar
 ZAQAR_STAMP   := $(ZAQAR_VENV)/.installed
 ZAQAR         ?= zaqar==23.0.1 oslotest ddt pymongo redis
 
-.PHONY: install system-deps redis-server java insights run test test-fast tempest lint fmt typecheck openapi docs insights-report-png bench clean
+.PHONY: install system-deps redis-server java insights run test test-fast tempest lint fmt typecheck openapi docs insights-report-png console-screenshots bench clean
 
 install: $(STAMP) $(KS_STAMP) $(TEMPEST_STAMP) $(ZAQAR_STAMP)
 
@@ -59,13 +59,15 @@ java:
 
 # What the tests need beside Java: redis-server (whatever CHARON_STORAGE_URI says), promtool (Debian's prometheus) checks and unit-tests
 # deploy/prometheus/alerts.yml; docker-compose (1.29, no daemon needed) validates docker-compose.yml's profiles;
-# curl and jq run the docs' examples.
+# curl and jq run the docs' examples; chromium and chromium-driver run the console's browser tests
+# (tests/console/: selenium drives Debian's Chromium, no browser is downloaded).
 system-deps: java
 	$(call apt-package,redis-server,command -v redis-server,the tests start their own redis-server)
 	$(call apt-package,prometheus,command -v promtool,or put Prometheus' promtool on PATH)
 	$(call apt-package,docker-compose,command -v docker-compose,or any Compose implementation with `config`)
 	$(call apt-package,curl,command -v curl,the docs' examples run with it: tests/docs/test_examples.py)
 	$(call apt-package,jq,command -v jq,the docs' examples capture ids with it)
+	$(call apt-package,chromium chromium-driver,command -v chromedriver,the console's tests drive a headless Chromium)
 
 $(SERVE_STAMP): pyproject.toml | redis-server
 	$(PY) -m venv $(VENV)
@@ -157,6 +159,11 @@ insights-report-png:
 	$(call apt-package,chromium,command -v chromium,or any Chromium on PATH as chromium)
 	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1240,1500 \
 	  --screenshot=$(CURDIR)/docs/insights-report.png file://$(CURDIR)/docs/example/report.html
+
+# docs/images/console-*.png: the console's main views, drawn by its browser tests as they check them
+# (tests/console/browser.py shot). Remake them when the console's look changes.
+console-screenshots: install
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/pytest tests/console/test_console.py -p no:xdist -q
 
 clean:
 	rm -rf $(VENV) $(KS_VENV) $(TEMPEST_VENV) $(ZAQAR_VENV) .pytest_cache .mypy_cache .ruff_cache site
