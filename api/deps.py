@@ -74,7 +74,7 @@ async def shown(request: Request, params: Annotated[ProvenanceQuery, QUERY]) -> 
     state = state_of(request)
     provenance = state.provenance if params.provenance is None else params.provenance
     kind: Literal["queues", "topics"] = "topics" if in_topics(request) else "queues"
-    return Shown(provenance=provenance, checksum=state.checksum, kind=kind)
+    return Shown(provenance=provenance, checksum=state.checksum, kind=kind, signature=provenance)
 
 
 TOPIC_NAME = "topic_name"  # the path parameter of /v2/topics/{topic_name}/... (api/routes/topics.py)
@@ -125,7 +125,7 @@ class QueueCall:
 
     def show(self, provenance: bool | None) -> Shown:
         shown = self.provenance if provenance is None else provenance
-        return Shown(provenance=shown, checksum=self.checksum, kind=self.q.kind)
+        return Shown(provenance=shown, checksum=self.checksum, kind=self.q.kind, signature=shown)
 
 
 def call_of(request: Request) -> QueueCall:

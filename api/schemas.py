@@ -402,6 +402,16 @@ else:
         "DeadLetterOut",
         [p for p in PROVENANCE if not p.rejection],
         rejection=(RejectionOut | None, Field(None, description=REJECTION_DESCRIPTION)),
+        signature=(
+            str | None,
+            Field(
+                None,
+                description="The dead letter's failure signature, as `charon insights` names its cause; "
+                "a redrive's `filter.signature` selects the dead letters that have it (EXT; in the API's "
+                "reads, not in notifications).",
+                pattern="^[0-9a-f]{16}$",
+            ),
+        ),
     )
 
 
@@ -576,6 +586,11 @@ class RedrivePreviewOut(BaseModel):
     claimed: int = Field(..., description="Matched but claimed now: a redrive would skip them.")
     by_source_queue: dict[str, int]
     by_reason: dict[str, int]
+    by_signature: dict[str, int] = Field(
+        ...,
+        description="By failure signature, as `charon insights` names a cause and `filter.signature` selects "
+        "it (EXT).",
+    )
     sample: list[MessageOut]
     complete: bool = Field(..., description="False when the scan stopped at its cap before the DLQ's end.")
 

@@ -50,6 +50,7 @@ class AppState:
     quotas: Counted  # CHARON_QUOTAS__QUEUES, __MESSAGES_PER_QUEUE (shown; the driver enforces its own)
     provenance: bool  # CHARON_PROVENANCE: the default of ?provenance=
     checksum: bool  # CHARON_ENABLE_CHECKSUM: each message read shows Zaqar's `checksum`
+    insights_report_url: str | None  # CHARON_INSIGHTS_REPORT_URL: the console's link to the insights report
     cors_origins: tuple[str, ...]  # CHARON_CORS__ALLOWED_ORIGIN: pages that may open a websocket too
     strict_parameters: bool  # CHARON_STRICT_PARAMETERS: refuse an unknown query parameter (else ignore it)
     admin_mode: bool  # CHARON_ADMIN_MODE

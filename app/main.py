@@ -316,6 +316,7 @@ def app_state(settings: Settings, clock: Clock) -> AppState:
         quotas=settings.quotas.counted(),
         provenance=settings.provenance,
         checksum=settings.enable_checksum,
+        insights_report_url=settings.insights_report_url,
         cors_origins=tuple(settings.cors.allowed_origin),
         strict_parameters=settings.strict_parameters,
         admin_mode=settings.admin_mode,

@@ -404,6 +404,13 @@ class Settings(BaseSettings):
         "DLQs (it refuses unknown fields); a request asks for them with `provenance=true` (curl, consoles). "
         "Turn on for deployments whose clients all want them.",
     )
+    insights_report_url: str | None = Field(
+        None,
+        max_length=2048,
+        description="Where your `charon insights` report is published (an `http(s)://` URL, or a path on "
+        "this host such as `/reports/report.html`): the console (`/console`) links it from every DLQ. Charon "
+        "does not serve the report itself. Unset: no link.",
+    )
     enable_checksum: bool = Field(
         False,
         description="Show each message's `checksum` on every read (get, list, claim, a claim's messages, "
@@ -472,6 +479,26 @@ class Settings(BaseSettings):
         """A URI of a store some driver opens (else the service would start, then fail opening it)."""
         if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES + MONGODB_SCHEMES:
             raise ValueError(unsupported_scheme(urlsplit(value).scheme))
+        return value
+
+    @field_validator("insights_report_url", mode="before")
+    @classmethod
+    def _report_link(cls, value: object) -> object:
+        """A link a page may hold: http(s) or a path of this host, no space or quote (else the console's link
+        would be another scheme, `javascript:` among them)."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str) and (
+            not (
+                value.startswith(("http://", "https://"))
+                or (value.startswith("/") and not value.startswith("//"))
+            )
+            or any(c.isspace() or c in "\"'<>`" for c in value)
+        ):
+            raise ValueError(
+                "insights_report_url must be an http:// or https:// URL or a path starting with a single /, "
+                "without spaces or quotes"
+            )
         return value
 
     @field_validator("policy_file")

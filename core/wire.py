@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from core import signatures
 from core.limits import MAX_TIME_MS, MIN_TIME_MS
 from core.models import PROVENANCE, DeadLetter, Message, MessageStamp, ProvenanceField
 
@@ -85,6 +86,10 @@ class Shown:
     provenance: bool = True
     checksum: bool = False
     kind: Literal["queues", "topics"] = "queues"
+    # with the provenance, the dead letter's failure signature (core/signatures.py of_message: what
+    # `charon insights` names its cause, and a redrive's filter.signature selects): the API's reads, not
+    # the notifier's documents
+    signature: bool = False
 
 
 EVERYTHING = Shown(provenance=True)  # the notifier's documents: provenance always, no checksum
@@ -116,6 +121,8 @@ def message(m: Message, now_ms: int, shown: Shown = EVERYTHING, claim: str | Non
     if shown.provenance:  # EXT fields only with provenance (zaqarclient)
         if m.dead_letter is not None:
             out["dead_letter"] = dead_letter(m.dead_letter)
+            if shown.signature:
+                out["dead_letter"]["signature"] = signatures.of_message(m)
         if not m.dead_letter_eligible:
             out["dead_letter_eligible"] = False
     return out

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core import signatures
 from core.clock import Clock
 from core.errors import CharonError
 from core.models import Message, Page, QueueRef, RedriveSpec, RedriveTask, TaskId
@@ -42,6 +43,7 @@ class Preview:
     claimed: int  # matched, but held by a claim: skipped by a redrive
     by_source_queue: dict[str, int]
     by_reason: dict[str, int]
+    by_signature: dict[str, int]  # by failure signature (core/signatures.py: a cause `charon insights` names)
     sample: list[Message]
     complete: bool  # the whole DLQ was read (else PREVIEW_SCAN_CAP stopped the count)
 
@@ -158,6 +160,7 @@ async def preview(store: Store, q: QueueRef, spec: RedriveSpec, *, now: int) -> 
     scanned = matched = claimed = 0
     by_source: Counter[str] = Counter()
     by_reason: Counter[str] = Counter()
+    by_signature: Counter[str] = Counter()
     sample: list[Message] = []
     marker: int | None = None
     complete = False
@@ -182,6 +185,7 @@ async def preview(store: Store, q: QueueRef, spec: RedriveSpec, *, now: int) -> 
             matched += 1
             by_source[m.dead_letter.source_queue] += 1
             by_reason[m.dead_letter.reason] += 1
+            by_signature[spec.signature or signatures.of_message(m) or ""] += 1
             if m.is_claimed(now):
                 claimed += 1
             elif len(sample) < SAMPLE:
@@ -198,6 +202,7 @@ async def preview(store: Store, q: QueueRef, spec: RedriveSpec, *, now: int) -> 
         claimed=claimed,
         by_source_queue=dict(by_source),
         by_reason=dict(by_reason),
+        by_signature=dict(by_signature),
         sample=sample,
         complete=complete,
     )

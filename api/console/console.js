@@ -4,9 +4,11 @@
 "use strict";
 
 const BASE = location.pathname.replace(/\/console\/?$/, "");
-const PAGE = 20; // the API's largest page
+let PAGE = 20; // the API's largest page by default; a service configured for less says so (pageLimit)
 const SCAN_PAGES = 50; // a filtered list reads at most this many pages a step (1,000 messages)
 const REASONS = ["max_claims", "expired", "rejected"];
+// Where the operator published `charon insights`' report (CHARON_INSIGHTS_REPORT_URL), or ""
+const REPORT = document.querySelector('meta[name="charon-insights-report"]').content;
 const state = {
   project: sessionStorage.getItem("charon.project") || "",
   token: sessionStorage.getItem("charon.token") || "",
@@ -45,8 +47,19 @@ async function api(method, path, { query, body } = {}) {
     askForToken(data);
     throw new ApiError(401, data);
   }
+  const smaller = r.status === 400 && query && query.limit && pageLimit(data);
+  if (smaller && smaller < query.limit) { // CHARON_LIMITS__MAX_MESSAGES_PER_PAGE below 20: ask again with it
+    PAGE = smaller;
+    return api(method, path, { query: { ...query, limit: smaller }, body });
+  }
   if (!r.ok) throw new ApiError(r.status, data);
   return data;
+}
+
+// The largest page a 400 names ("limit must be between 1 and 10; got 20"), or 0.
+function pageLimit(body) {
+  const m = body && body.description && body.description.match(/limit must be between 1 and (\d+)/);
+  return m ? Number(m[1]) : 0;
 }
 
 const q = (name) => `/v2/queues/${encodeURIComponent(name)}`;
@@ -116,12 +129,11 @@ const markerOf = (links) => {
   return next ? new URL(next.href, location.origin).searchParams.get("marker") : null;
 };
 
-async function inTurns(items, width, fn) { // fn over items, `width` at a time
-  const out = new Array(items.length);
-  let i = 0;
-  const worker = async () => { while (i < items.length) { const k = i++; out[k] = await fn(items[k]).catch((e) => e); } };
+async function inTurns(items, width, fn) { // fn over items, `width` at a time; the first failure is shown
+  let i = 0, failed = null;
+  const worker = async () => { while (i < items.length) { const k = i++; await fn(items[k]).catch((e) => { failed = failed || e; }); } };
   await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
-  return out;
+  if (failed) fail(failed);
 }
 
 // --- Queues --------------------------------------------------------------------------------------------
@@ -131,7 +143,7 @@ const list = { name: "", markers: [null], sort: "name", desc: false, rows: [], g
 async function showQueues() {
   const view = document.getElementById("view");
   const filter = el("input", { id: "queue-filter", type: "search", value: list.name, placeholder: "part of a name" });
-  const form = el("form", { class: "tools", onsubmit: (e) => { e.preventDefault(); list.name = filter.value.trim(); list.markers = [null]; loadQueues(); } },
+  const form = el("form", { class: "tools", onsubmit: (e) => { e.preventDefault(); notice(null); list.name = filter.value.trim(); list.markers = [null]; loadQueues(); } },
     el("label", {}, "Name contains", filter), el("button", { type: "submit" }, "Filter"));
   const quota = el("p", { id: "quota", class: "muted" });
   view.replaceChildren(el("h1", { text: `Queues of ${state.project || "your project"}` }), quota, form,
@@ -158,9 +170,8 @@ async function loadQueues() {
   if (list.name) query.name = list.name;
   const gen = ++list.gen; // a later load (another page, filter or project) wins over this one
   let data;
-  try { data = await api("GET", "/v2/queues", { query }); } catch (e) { if (gen === list.gen) { fail(e); box.replaceChildren(); } return; }
+  try { data = await api("GET", "/v2/queues", { query }); } catch (e) { if (gen === list.gen) fail(e); return; }
   if (gen !== list.gen) return;
-  notice(null);
   const queues = data.queues || [];
   const dlqOf = {};
   for (const x of queues) {
@@ -172,7 +183,8 @@ async function loadQueues() {
   renderQueues();
   performance.mark("charon:queues-listed");
   await inTurns(list.rows, 6, async (row) => {
-    row.stats = (await api("GET", q(row.name) + "/stats")).messages;
+    const stats = (await api("GET", q(row.name) + "/stats")).messages;
+    if (gen === list.gen) row.stats = stats;
   });
   if (gen !== list.gen) return;
   renderQueues();
@@ -232,11 +244,12 @@ function renderQueues() {
 let current = null; // the queue view's state
 
 async function showQueue(name) {
-  current = { name, markers: [null], next: null, messages: [], selected: new Set(), filter: { source: "", reason: "", after: "", before: "" }, scanned: 0, seen: new Map(), gen: 0 };
+  current = { name, markers: [null], next: null, messages: [], selected: new Set(), filter: { source: "", reason: "", after: "", before: "", signature: "" }, scanned: 0, seen: new Map(), gen: 0, causeCounts: null };
   const view = document.getElementById("view");
   view.replaceChildren(
     el("p", {}, el("a", { href: "#/" }, "← Queues")),
     el("h1", {}, "Queue ", el("code", { text: name })),
+    REPORT ? el("p", {}, el("a", { id: "insights-report", href: REPORT, target: "_blank", rel: "noopener noreferrer" }, "The insights report (charon insights): why messages die ↗")) : null,
     el("div", { id: "summary", class: "cards" }),
     el("p", { id: "settings", class: "muted" }),
     el("h2", { text: "Dead letters" }),
@@ -247,19 +260,27 @@ async function showQueue(name) {
       el("section", {}, el("h2", { text: "By source queue" }), el("div", { id: "by-source", class: "counts" })),
       el("section", {}, el("h2", { text: "By reason" }), el("div", { id: "by-reason", class: "counts" })),
       el("section", { class: "chart" }, el("h2", { text: "Dead-lettered over time" }), el("div", { id: "chart" }))),
+    el("h2", { text: "By cause (failure signature)" }), el("div", { id: "by-cause", class: "counts" }),
     el("h2", { text: "Redrive" }), redriveForm(),
     el("h2", { text: "Redrive tasks" }), el("div", { id: "tasks" }),
     el("h2", { text: "Subscriptions (who is told when messages die)" }), el("div", { id: "subscriptions" }));
+  const mine = current;
   loadSummary();
   await loadMessages();
+  if (mine !== current) return; // another view meanwhile
   loadCounts();
   loadTasks();
   loadSubscriptions();
 }
 
+// Each of the queue view's loads: its answer dropped when the view changed meanwhile.
+const still = (mine) => mine === current && document.getElementById("summary") !== null;
+
 async function loadSummary() {
+  const mine = current;
   try {
-    const [stats, meta] = await Promise.all([api("GET", q(current.name) + "/stats"), api("GET", q(current.name))]);
+    const [stats, meta] = await Promise.all([api("GET", q(mine.name) + "/stats"), api("GET", q(mine.name))]);
+    if (!still(mine)) return;
     const s = stats.messages;
     const card = (label, v) => el("div", { class: "card" }, el("b", { text: String(v ?? 0) }), label);
     document.getElementById("summary").replaceChildren(card("ready", s.free), card("claimed", s.claimed),
@@ -268,7 +289,7 @@ async function loadSummary() {
       el("div", { class: "card" }, el("b", { text: fmtAge(s.oldest && s.oldest.age) || "–" }), "oldest"));
     const set = Object.entries(meta).filter(([k]) => k.startsWith("_")).map(([k, v]) => `${k} ${JSON.stringify(v)}`);
     document.getElementById("settings").textContent = set.length ? "Settings: " + set.join(", ") : "";
-  } catch (e) { fail(e); }
+  } catch (e) { if (still(mine)) fail(e); }
 }
 
 function filterForm() {
@@ -277,19 +298,27 @@ function filterForm() {
   const reason = el("select", { id: "filter-reason" }, el("option", { value: "" }, "any"), REASONS.map((r) => el("option", { value: r }, r)));
   const after = el("input", { id: "filter-after", type: "datetime-local", step: 1 });
   const before = el("input", { id: "filter-before", type: "datetime-local", step: 1 });
-  return el("form", { class: "tools", id: "filters", onsubmit: (e) => {
+  const signature = el("input", { id: "filter-signature", size: 16, maxlength: 16, pattern: "[0-9a-f]{16}", title: "16 hex digits, as charon insights names a cause" });
+  return el("form", { class: "tools", id: "filters", oninput: () => current.invalidatePlan(), onchange: () => current.invalidatePlan(), onsubmit: (e) => {
     e.preventDefault();
-    Object.assign(current.filter, { source: source.value.trim(), reason: reason.value, after: after.value, before: before.value });
+    notice(null);
+    Object.assign(current.filter, { source: source.value.trim(), reason: reason.value, after: after.value, before: before.value, signature: signature.value.trim() });
     current.markers = [null];
     loadMessages();
   } },
   el("datalist", { id: "sources" }),
   el("label", {}, "Source queue", source), el("label", {}, "Reason", reason),
   el("label", {}, "Dead-lettered after (UTC)", after), el("label", {}, "before (UTC)", before),
+  el("label", {}, "Signature", signature),
   el("button", { type: "submit" }, "Filter"),
-  el("button", { type: "button", onclick: () => { source.value = ""; reason.value = ""; after.value = ""; before.value = ""; form().requestSubmit(); } }, "Clear"));
+  el("button", { type: "button", onclick: () => filterBy({}) }, "Clear"));
 }
-const form = () => document.getElementById("filters");
+
+// Show the dead letters of exactly these filters (the others cleared).
+function filterBy(f) {
+  for (const k of ["source", "reason", "after", "before", "signature"]) document.getElementById(`filter-${k}`).value = f[k] || "";
+  document.getElementById("filters").requestSubmit();
+}
 
 const utc = (local) => (local ? new Date(local + "Z").getTime() : null);
 
@@ -297,8 +326,9 @@ function matches(m) {
   const f = current.filter, d = m.dead_letter || {};
   if (f.source && d.source_queue !== f.source) return false;
   if (f.reason && d.reason !== f.reason) return false;
+  if (f.signature && d.signature !== f.signature) return false;
   const at = d.dead_lettered_at ? Date.parse(d.dead_lettered_at) : null;
-  if (f.after && !(at !== null && at > utc(f.after))) return false;
+  if (f.after && !(at !== null && at >= utc(f.after))) return false;
   if (f.before && !(at !== null && at < utc(f.before))) return false;
   return true;
 }
@@ -310,6 +340,7 @@ async function loadMessages() {
   const box = document.getElementById("dead-letters");
   const at = current.markers.length - 1;
   let marker = current.markers[at], found = [], scanned = 0, pages = 0;
+  if (current.invalidatePlan) current.invalidatePlan();
   const mine = current, gen = ++current.gen; // a later load wins over this one
   try {
     do {
@@ -324,15 +355,15 @@ async function loadMessages() {
       marker = markerOf(data && data.links);
       if (!got.length) marker = null;
     } while (filtering() && found.length < PAGE && marker && pages < SCAN_PAGES);
-  } catch (e) { if (mine === current && gen === current.gen) { fail(e); box.replaceChildren(); } return; }
+  } catch (e) { if (mine === current && gen === current.gen) fail(e); return; }
   if (mine !== current || gen !== current.gen) return;
-  notice(null);
   current.messages = found;
   current.next = marker;
   current.scanned = scanned;
   current.selected.clear();
   renderMessages();
   drawChart();
+  renderCauses();
   performance.mark("charon:dead-letters-listed");
 }
 
@@ -341,13 +372,14 @@ function renderMessages() {
   const rows = current.messages.map((m) => {
     const d = m.dead_letter || {};
     const check = el("input", { type: "checkbox", "aria-label": `select ${m.id}`, onchange: (e) => {
-      e.target.checked ? current.selected.add(m.id) : current.selected.delete(m.id); renderActions(); } });
+      e.target.checked ? current.selected.add(m.id) : current.selected.delete(m.id); renderActions(); current.invalidatePlan(); } });
     return el("tr", { "data-id": m.id },
       el("td", {}, check),
       el("td", {}, el("button", { class: "link", onclick: () => openMessage(m) }, m.id)),
       el("td", { text: d.source_queue || "" }),
       el("td", {}, d.reason ? el("span", { class: "tag", text: d.reason }) : "",
         d.rejection ? el("span", { class: "muted", text: " " + (d.rejection.reason || "") }) : ""),
+      el("td", {}, d.signature ? el("button", { class: "link", title: "show this cause's dead letters", onclick: () => filterBy({ signature: d.signature }) }, d.signature) : ""),
       el("td", { class: "num", text: String(d.claim_count ?? m.claim_count ?? 0) }),
       el("td", { class: "num", text: String(d.redrive_count ?? 0) }),
       el("td", { text: fmtTime(d.dead_lettered_at) }),
@@ -361,7 +393,7 @@ function renderMessages() {
       el("button", { id: "purge", onclick: purge }, "Purge this queue…")),
     rows.length ? el("table", { id: "message-table" }, el("thead", {}, el("tr", {},
       el("th", {}, ""), el("th", { text: "Message" }), el("th", { text: "Source" }), el("th", { text: "Reason" }),
-      el("th", { class: "num", text: "Claims" }), el("th", { class: "num", text: "Redrives" }),
+      el("th", { text: "Cause" }), el("th", { class: "num", text: "Claims" }), el("th", { class: "num", text: "Redrives" }),
       el("th", { text: "Dead-lettered at" }), el("th", { text: "Body" }))), el("tbody", {}, rows))
       : el("p", { class: "muted", text: filtering() ? "No dead letter matches the filter here." : "No message in this queue." }));
   document.getElementById("messages-pager").replaceChildren(
@@ -386,7 +418,7 @@ async function deleteSelected() {
   const ids = [...current.selected];
   if (!await confirmAction("Delete dead letters", `Delete ${ids.length} message(s) from ${current.name}? They are gone for good.`, "Delete")) return;
   try { await deleteIds(ids); notice({ message: `Deleted ${ids.length} message(s).` }, true); } catch (e) { fail(e); }
-  loadSummary(); loadMessages();
+  loadSummary(); loadMessages(); loadCounts();
 }
 
 async function purge() {
@@ -400,7 +432,7 @@ function openMessage(m) {
   const d = document.getElementById("message");
   document.getElementById("message-id").textContent = m.id;
   const p = m.dead_letter || {};
-  const rows = [["source queue", p.source_queue], ["reason", p.reason], ["rejection reason", p.rejection && p.rejection.reason],
+  const rows = [["source queue", p.source_queue], ["reason", p.reason], ["signature (cause)", p.signature], ["rejection reason", p.rejection && p.rejection.reason],
     ["rejection description", p.rejection && p.rejection.description], ["claims", p.claim_count ?? m.claim_count],
     ["redrives", p.redrive_count], ["first enqueued", fmtTime(p.first_enqueued_at)], ["dead-lettered at", fmtTime(p.dead_lettered_at)],
     ["last claimer (Client-ID)", p.consumer], ["age", fmtAge(m.age)], ["ttl", m.ttl !== undefined ? `${m.ttl} s` : ""]]
@@ -412,7 +444,7 @@ function openMessage(m) {
     d.close();
     if (!await confirmAction("Delete a dead letter", `Delete message ${m.id} from ${current.name}?`, "Delete")) return;
     try { await deleteIds([m.id]); notice({ message: `Deleted ${m.id}.` }, true); } catch (e) { fail(e); }
-    loadSummary(); loadMessages();
+    loadSummary(); loadMessages(); loadCounts();
   };
   d.showModal();
 }
@@ -423,6 +455,7 @@ function openMessage(m) {
 const AUTO_COUNT = 5000;
 
 async function loadCounts(whole = false) {
+  const mine = current;
   const bySource = document.getElementById("by-source"), byReason = document.getElementById("by-reason");
   const table = (counts) => {
     const entries = Object.entries(counts).sort((a, b) => b[1] - a[1]);
@@ -431,8 +464,10 @@ async function loadCounts(whole = false) {
   };
   try {
     if (!whole) {
-      const total = (await api("GET", q(current.name) + "/stats")).messages.total;
+      const total = (await api("GET", q(mine.name) + "/stats")).messages.total;
+      if (!still(mine)) return;
       if (total > AUTO_COUNT) {
+        current.causeCounts = null;
         const read = { source: {}, reason: {} };
         for (const m of current.seen.values()) {
           const d = m.dead_letter;
@@ -448,12 +483,15 @@ async function loadCounts(whole = false) {
     } else {
       bySource.replaceChildren(el("p", { class: "muted", text: "Counting (a dry run reads the DLQ)…" }));
     }
-    const p = await api("POST", q(current.name) + "/redrive", { body: { dry_run: true } });
+    const p = await api("POST", q(mine.name) + "/redrive", { body: { dry_run: true } });
+    if (!still(mine)) return;
+    current.causeCounts = p.complete ? p.by_signature || {} : null;
+    renderCauses();
     bySource.replaceChildren(table(p.by_source_queue || {}), p.complete ? "" : el("p", { class: "muted", text: `(the first ${p.scanned} read)` }));
     byReason.replaceChildren(table(p.by_reason || {}));
     document.getElementById("sources").replaceChildren(...Object.keys(p.by_source_queue || {}).map((s) => el("option", { value: s })));
   } catch (e) {
-    bySource.replaceChildren(el("p", { class: "muted", text: e.body ? e.body.title : String(e) }));
+    if (still(mine)) bySource.replaceChildren(el("p", { class: "muted", text: e.body ? e.body.title : String(e) }));
   }
 }
 
@@ -483,6 +521,37 @@ function drawChart() { // the dead letters read so far, by the minute (or hour) 
   box.replaceChildren(svg, el("p", { class: "muted", text: `${times.length} dead letters read, per ${step === 60e3 ? "minute" : "hour"}, from ${new Date(first).toISOString().slice(0, 16)}Z` }));
 }
 
+// The dead letters read so far by failure signature (core/signatures.py: what `charon insights` names a
+// cause), each with an example of its text and a redrive of that cause one click away (its dry run).
+function renderCauses() {
+  const causes = new Map(), whole = current.causeCounts; // whole: the DLQ's counts from a dry run, if it ran
+  for (const m of current.seen.values()) {
+    const d = m.dead_letter;
+    if (!d || !d.signature) continue;
+    const c = causes.get(d.signature) || { n: 0, example: d.rejection ? d.rejection.description || d.rejection.reason : `${d.source_queue} ${d.reason}: ${preview(m.body)}` };
+    c.n += 1;
+    causes.set(d.signature, c);
+  }
+  if (whole) {
+    for (const [sig, n] of Object.entries(whole)) causes.set(sig, { n, example: causes.has(sig) ? causes.get(sig).example : "" });
+    for (const sig of [...causes.keys()]) if (!(sig in whole)) causes.delete(sig);
+  }
+  const rows = [...causes.entries()].sort((a, b) => b[1].n - a[1].n).map(([sig, c]) => el("tr", { "data-signature": sig },
+    el("td", {}, el("code", { text: sig })), el("td", { class: "num", text: String(c.n) }), el("td", { class: "body", text: c.example || "" }),
+    el("td", {}, el("button", { type: "button", onclick: () => redriveCause(sig) }, "Redrive this cause…"))));
+  const said = whole ? "In the whole DLQ (its redrive dry run); an example of each from the dead letters read here."
+    : `Of the ${current.seen.size} dead letters read here.`;
+  document.getElementById("by-cause").replaceChildren(rows.length ? el("table", { id: "cause-table" }, el("tbody", {}, rows),
+    el("caption", { class: "muted", text: said })) : el("p", { class: "muted", text: "No dead letter read yet." }));
+}
+
+function redriveCause(signature) {
+  filterBy({ signature });
+  document.getElementById("redrive-scope").value = "filter";
+  document.getElementById("redrive-dry-run").click();
+  document.getElementById("redrive-dry-run").scrollIntoView({ block: "center" });
+}
+
 // --- Redrive -------------------------------------------------------------------------------------------
 
 function redriveForm() {
@@ -494,6 +563,14 @@ function redriveForm() {
   const out = el("div", { id: "redrive-result" });
   const run = el("button", { id: "redrive-run", class: "primary", disabled: true, type: "button" }, "Redrive…");
   let planned = null;
+  const invalidate = () => { // what the last dry run planned no longer holds: dry-run again before a redrive
+    planned = null;
+    run.disabled = true;
+    const said = document.getElementById("dry-run");
+    if (said) out.replaceChildren();
+  };
+  current.invalidatePlan = invalidate;
+  for (const input of [dest, limit, rate, scope]) { input.addEventListener("input", invalidate); input.addEventListener("change", invalidate); }
   const spec = () => {
     const body = {}, filter = {}, f = current.filter;
     if (dest.value.trim()) body.destination = dest.value.trim();
@@ -505,28 +582,31 @@ function redriveForm() {
       if (f.reason) filter.reason = f.reason;
       if (f.after) filter.dead_lettered_after = new Date(utc(f.after)).toISOString();
       if (f.before) filter.dead_lettered_before = new Date(utc(f.before)).toISOString();
+      if (f.signature) filter.signature = f.signature;
     }
     if (Object.keys(filter).length) body.filter = filter;
     return body;
   };
   const dry = async () => {
-    run.disabled = true;
-    planned = spec();
+    notice(null);
+    invalidate();
+    const mine = planned = spec();
     try {
-      const p = await api("POST", q(current.name) + "/redrive", { body: { ...planned, dry_run: true } });
-      const to = planned.destination || "each message's source queue";
+      const p = await api("POST", q(current.name) + "/redrive", { body: { ...mine, dry_run: true } });
+      if (planned !== mine) return; // changed meanwhile
+      const to = mine.destination || "each message's source queue";
       out.replaceChildren(el("p", { id: "dry-run" }, el("strong", { text: `${p.would_move} would move` }),
-        ` to ${to} (${p.matched} match of ${p.scanned} read${p.complete ? "" : ", not all read"}` +
+        ` to ${to}${describe(mine)} (${p.matched} match of ${p.scanned} read${p.complete ? "" : ", not all read"}` +
         (p.claimed ? `, ${p.claimed} claimed now and left` : "") + ")."),
       p.sample && p.sample.length ? el("p", { class: "muted", text: "Sample: " + p.sample.slice(0, 5).map((m) => `${m.id} ${preview(m.body)}`).join(" · ") }) : "");
       run.disabled = p.would_move === 0;
-      planned.would_move = p.would_move;
+      mine.would_move = p.would_move;
     } catch (e) { fail(e); out.replaceChildren(); }
   };
   run.addEventListener("click", async () => {
     const { would_move: n, ...body } = planned;
     const to = body.destination || "each message's source queue";
-    if (!await confirmAction("Redrive", `Move up to ${n} dead letter(s) from ${current.name} to ${to}` +
+    if (!await confirmAction("Redrive", `Move up to ${n} dead letter(s)${describe(body)} from ${current.name} to ${to}` +
       (body.max_per_second ? `, ${body.max_per_second} a second` : "") + "? They are claimable there at once.", "Redrive")) return;
     run.disabled = true;
     try {
@@ -541,11 +621,24 @@ function redriveForm() {
     out);
 }
 
+// What a redrive's body selects, as words: " (reason rejected, source orders)", or "".
+function describe(body) {
+  const f = body.filter || {}, parts = [];
+  if (f.message_ids) parts.push(`${f.message_ids.length} selected`);
+  if (f.source_queue) parts.push(`source ${f.source_queue}`);
+  if (f.reason) parts.push(`reason ${f.reason}`);
+  if (f.signature) parts.push(`signature ${f.signature}`);
+  if (f.dead_lettered_after) parts.push(`dead-lettered from ${fmtTime(f.dead_lettered_after)}`);
+  if (f.dead_lettered_before) parts.push(`before ${fmtTime(f.dead_lettered_before)}`);
+  if (body.limit) parts.push(`at most ${body.limit}`);
+  return parts.length ? ` (${parts.join(", ")})` : "";
+}
+
 function taskLine(t, expected) { // `expected`: what its dry run said would move, if known
   const p = t.progress || {};
   const total = Math.min(...[t.request && t.request.limit, expected].filter((x) => x > 0)); // Infinity: unknown
   const fill = el("span");
-  const done = t.status !== "running" ? 100 : total < Infinity ? Math.min(100, (100 * p.moved) / total) : 50;
+  const done = t.status === "succeeded" ? 100 : total < Infinity ? Math.min(100, (100 * p.moved) / total) : 50;
   fill.style.width = `${done}%`; // through CSSOM: the page's CSP takes no style attribute
   const bar = el("span", { class: "progress", title: `${p.moved} moved` }, fill);
   return el("span", { class: "task", "data-status": t.status },
@@ -553,37 +646,50 @@ function taskLine(t, expected) { // `expected`: what its dry run said would move
 }
 
 async function watchTask(task, out, expected) {
+  const mine = current, queue = current.name;
   const line = el("p", { id: "redrive-task" });
   const cancel = el("button", { id: "redrive-cancel", type: "button", onclick: async () => {
-    try { render(await api("DELETE", q(current.name) + `/redrive/${task.id}`)); } catch (e) { fail(e); }
+    try { render(await api("DELETE", q(queue) + `/redrive/${task.id}`)); } catch (e) { fail(e); }
   } }, "Cancel");
   const render = (t) => { task = t; line.replaceChildren(`Task ${t.id}: `, taskLine(t, expected), t.status === "running" ? cancel : ""); };
   out.replaceChildren(line);
   render(task);
-  while (task.status === "running" && current && document.body.contains(line)) {
-    await new Promise((r) => setTimeout(r, 1000));
-    try { render(await api("GET", q(current.name) + `/redrive/${task.id}`)); } catch (e) { fail(e); break; }
+  let wait = 1000;
+  while (task.status === "running") { // each second until it ends; a 429 or 503 waits longer, then asks again
+    await new Promise((r) => setTimeout(r, wait));
+    if (!still(mine) || !line.isConnected) return; // the operator went elsewhere: the task runs on regardless
+    try {
+      render(await api("GET", q(queue) + `/redrive/${task.id}`));
+      wait = 1000;
+    } catch (e) {
+      if (e.status !== 429 && e.status !== 503 && e.status !== 0) { fail(e); return; }
+      wait = Math.min(wait * 2, 10000);
+    }
   }
   current.seen.clear();
   loadSummary(); loadMessages(); loadCounts(); loadTasks();
 }
 
 async function loadTasks() {
+  const mine = current;
   try {
-    const data = await api("GET", q(current.name) + "/redrive", { query: { limit: PAGE } });
+    const data = await api("GET", q(mine.name) + "/redrive", { query: { limit: PAGE } });
+    if (!still(mine)) return;
     const rows = (data.tasks || []).map((t) => el("tr", {}, el("td", {}, el("code", { text: t.id })), el("td", { text: fmtTime(t.created) }),
       el("td", {}, taskLine(t)), el("td", { class: "muted", text: JSON.stringify(t.request || {}) })));
     document.getElementById("tasks").replaceChildren(rows.length ? el("table", { id: "task-table" }, el("tbody", {}, rows)) : el("p", { class: "muted", text: "No redrive in the last 7 days." }));
-  } catch (e) { document.getElementById("tasks").replaceChildren(el("p", { class: "muted", text: e.body ? e.body.title : String(e) })); }
+  } catch (e) { if (still(mine)) document.getElementById("tasks").replaceChildren(el("p", { class: "muted", text: e.body ? e.body.title : String(e) })); }
 }
 
 async function loadSubscriptions() {
+  const mine = current;
   try {
-    const data = await api("GET", q(current.name) + "/subscriptions", { query: { limit: PAGE } });
+    const data = await api("GET", q(mine.name) + "/subscriptions", { query: { limit: PAGE } });
+    if (!still(mine)) return;
     const rows = (data.subscriptions || []).map((s) => el("tr", {}, el("td", { text: s.subscriber }),
       el("td", { text: s.confirmed ? "confirmed" : "not confirmed" }), el("td", { class: "muted", text: JSON.stringify(s.options || {}) })));
     document.getElementById("subscriptions").replaceChildren(rows.length ? el("table", {}, el("tbody", {}, rows)) : el("p", { class: "muted", text: "Nobody subscribes to this queue." }));
-  } catch (e) { document.getElementById("subscriptions").replaceChildren(el("p", { class: "muted", text: e.body ? e.body.title : String(e) })); }
+  } catch (e) { if (still(mine)) document.getElementById("subscriptions").replaceChildren(el("p", { class: "muted", text: e.body ? e.body.title : String(e) })); }
 }
 
 // --- Start ---------------------------------------------------------------------------------------------
@@ -599,7 +705,10 @@ function route() {
   }
   state.prompted = false;
   const m = location.hash.match(/^#\/q\/(.+)$/);
-  const go = m ? showQueue(decodeURIComponent(m[1])) : showQueues();
+  let name = null;
+  try { name = m ? decodeURIComponent(m[1]) : null; } catch { name = null; }
+  if (m && name === null) { location.hash = "#/"; return; } // a malformed link: the queue list
+  const go = name !== null ? showQueue(name) : showQueues();
   go.catch(fail).finally(() => { if (!state.prompted) document.getElementById("view").focus({ preventScroll: true }); });
 }
 
@@ -614,11 +723,14 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.setItem("charon.project", state.project);
     if (state.token) sessionStorage.setItem("charon.token", state.token); else sessionStorage.removeItem("charon.token");
     list.markers = [null];
+    list.name = "";
     route();
   });
   document.getElementById("forget").addEventListener("click", () => {
     sessionStorage.removeItem("charon.project"); sessionStorage.removeItem("charon.token");
     state.project = state.token = ""; project.value = token.value = "";
+    list.markers = [null];
+    list.name = "";
     route();
   });
   window.addEventListener("hashchange", route);

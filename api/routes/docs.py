@@ -51,7 +51,7 @@ async def authorize_reader(request: Request, rule: str) -> None:
         await auth.authorize(request, rule)
 
 
-def _base(request: Request) -> str:
+def service_root(request: Request) -> str:
     """The service's root as the client sees it (behind a proxy serving it under a prefix: root_path)."""
     root: str = request.scope.get("root_path", "")
     return root.rstrip("/")
@@ -59,7 +59,7 @@ def _base(request: Request) -> str:
 
 @router.plain("GET", "/docs", guard=authorize_reader, openapi_extra=GUARDED, include_in_schema=False)
 async def swagger_ui(request: Request) -> Response:
-    base, title = _base(request), request.app.title
+    base, title = service_root(request), request.app.title
     page = get_swagger_ui_html(
         openapi_url=base + (request.app.openapi_url or ""),
         title=f"{title} - Swagger UI",
@@ -74,7 +74,7 @@ async def swagger_ui(request: Request) -> Response:
 
 @router.plain("GET", "/redoc", guard=authorize_reader, openapi_extra=GUARDED, include_in_schema=False)
 async def redoc(request: Request) -> Response:
-    base, title = _base(request), request.app.title
+    base, title = service_root(request), request.app.title
     page = get_redoc_html(
         openapi_url=base + (request.app.openapi_url or ""),
         title=f"{title} - ReDoc",

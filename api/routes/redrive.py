@@ -100,6 +100,7 @@ def _preview_out(p: redrive.Preview, now: int, shown: Shown) -> dict[str, Any]:
         "claimed": p.claimed,
         "by_source_queue": p.by_source_queue,
         "by_reason": p.by_reason,
+        "by_signature": p.by_signature,
         "sample": messages(p.sample, now, shown),
         "complete": p.complete,
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from api.routes.console import ASSETS
 from app.main import create_app
@@ -25,12 +26,13 @@ async def test_the_page_loads_its_two_files_and_lets_the_browser_call_only_the_s
         assert policy["default-src"] == "'none'"
         assert policy["connect-src"] == policy["script-src"] == policy["style-src"] == "'self'"
         assert re.findall(r"\w+://", page.text) == []  # nothing from another host
-        urls = re.findall(r'(?:src|href)="([^"#]+)"', page.text)
-        assert sorted(urls) == [f"console/{name}" for name in sorted(ASSETS)]  # relative: a proxy's prefix kept
+        urls = [u for u in re.findall(r'(?:src|href)="([^"#]+)"', page.text) if not u.startswith("data:")]
+        assert sorted(urls) == [f"console/{name}" for name in sorted(ASSETS)]  # relative: a prefix kept
         total = len(page.content)
         for name, media_type in ASSETS.items():
             r = await client.get(f"/console/{name}")
             assert (r.status_code, r.headers["content-type"]) == (200, media_type)
+            assert re.findall(r"https?://|//[a-z]", r.text.replace("http://www.w3.org/2000/svg", "")) == []
             assert r.headers["x-content-type-options"] == "nosniff"
             total += len(r.content)
         assert total <= 300_000  # the issue's budget
@@ -46,6 +48,8 @@ async def test_a_file_is_read_again_only_when_it_changed_and_unknown_names_are_4
             assert r.status_code == 404, name
             assert "it has console.js, console.css" in r.json()["description"]  # the files there are
         assert (await client.get("/console/..%2f__init__.py")).status_code == 404
+        slash = await client.get("/console/")  # a browser's habit: to the page, its files relative to it
+        assert (slash.status_code, slash.headers["location"]) == (308, "/console")
 
 
 @pytest.mark.parametrize("auth", ["noauth", "trusted-proxy"])
@@ -65,3 +69,20 @@ async def test_a_policy_file_can_keep_the_console_for_admins(tmp_path: Path) -> 
             r = await client.get(url)
             assert (r.status_code, r.json()["rule"]) == (403, "console:get"), url
             assert (await client.get(url, headers={"X-Roles": "admin"})).status_code == 200, url
+
+
+async def test_the_insights_report_link_is_the_settings_escaped_and_only_http_or_a_path() -> None:
+    link = "https://reports.example.com/insights/report.html?dlq=a&b=1"
+    async with browser(
+        create_app(Settings(storage_uri="redis://unused", insights_report_url=link))
+    ) as client:
+        page = (await client.get("/console")).text
+    assert (
+        '<meta name="charon-insights-report" content="https://reports.example.com/insights/report.html?dlq=a&amp;b=1">'
+        in page
+    )
+    async with browser(create_app(Settings(storage_uri="redis://unused"))) as client:
+        assert '<meta name="charon-insights-report" content="">' in (await client.get("/console")).text
+    for bad in ("javascript:alert(1)", "//evil.example.com/x", "/a b", '/x"><script>', "ftp://h/r.html"):
+        with pytest.raises(ValidationError, match="insights_report_url must be an http"):
+            Settings(storage_uri="redis://unused", insights_report_url=bad)

@@ -14,6 +14,7 @@ from api.render import iso
 from api.schemas import MessageOut
 from app.main import create_app
 from app.settings import Settings
+from core import signatures
 from core.clock import ManualClock
 from storage.base import Store
 from tests.api.test_flows import JSON_PATCH, post_messages
@@ -57,7 +58,15 @@ async def test_walk_through_three_claims_then_the_dlq(client: httpx.AsyncClient,
         "first_enqueued_at": iso(posted_at),
         "redrive_count": 0,
         "consumer": client.headers["Client-ID"],  # whose claim used up the last delivery
+        # no error text in the body or a rejection: the cause is its source queue and reason
+        "signature": signatures.signature(None, "orders", "max_claims"),
     }
+    # the signature shown is the one a redrive by signature selects (the console's "redrive this cause")
+    preview = await client.post(
+        "/v2/queues/orders.dlq/redrive",
+        json={"dry_run": True, "filter": {"signature": got["dead_letter"]["signature"]}},
+    )
+    assert (preview.json()["matched"], preview.json()["would_move"]) == (1, 1)
     source = (await client.get("/v2/queues/orders/stats")).json()["messages"]
     dlq = (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]
     assert (source["total"], source["dead_lettered"], source["discarded"]) == (0, 1, 0)

@@ -182,6 +182,8 @@ async def test_redrive_dry_run_and_inline(client: httpx.AsyncClient, clock: Manu
     assert r.status_code == 200, r.text
     preview = RedrivePreviewOut.model_validate(r.json())
     assert (preview.matched, preview.would_move, preview.by_source_queue) == (2, 2, {"orders": 2})
+    # their cause: no error text, so their source queue and reason; what filter.signature selects
+    assert preview.by_signature == {signatures.signature(None, "orders", "max_claims"): 2}
     assert [m.id for m in preview.sample] == ids
     assert preview.complete
     assert (await client.get("/v2/queues/orders.dlq/stats")).json()["messages"]["total"] == 3  # moved nothing
@@ -223,7 +225,14 @@ async def test_redrive_by_signature_dry_run_then_exactly_that_cause(client: http
     bodies = [{"error": f"customer cus_{i}Zq81PzaBx{i} not found", "n": i} for i in range(3)]
     ids = await dead_letter_all(client, "orders", bodies[0], {"error": "timeout"}, *bodies[1:], "plain")
     wanted = {ids[0], ids[2], ids[3]}
-    body = {"filter": {"signature": signatures.signature("customer <*> not found")}}
+    # the whole DLQ by cause, and each dead letter's cause where it is read: the same signatures
+    everything = (await client.post("/v2/queues/orders.dlq/redrive", json={"dry_run": True})).json()
+    customer, timeout = signatures.signature("customer <*> not found"), signatures.signature("timeout")
+    plain = signatures.signature(None, "orders", "max_claims")
+    assert everything["by_signature"] == {customer: 3, timeout: 1, plain: 1}
+    listed = (await client.get("/v2/queues/orders.dlq/messages?echo=true&provenance=true")).json()["messages"]
+    assert [m["dead_letter"]["signature"] for m in listed] == [customer, timeout, customer, customer, plain]
+    body = {"filter": {"signature": customer}}
     r = await client.post("/v2/queues/orders.dlq/redrive", json={**body, "dry_run": True})
     assert r.status_code == 200, r.text
     preview = RedrivePreviewOut.model_validate(r.json())

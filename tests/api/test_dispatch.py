@@ -38,7 +38,7 @@ def test_the_hot_routes_are_plain_starlette_routes_on_the_apps_own_router() -> N
     plain = [r for r in app.router.routes if isinstance(r, PlainRoute)]
     # GET /metrics, the documentation pages and the console's: plain for their guards; the probes (/livez,
     # /readyz): plain, they resolve nothing; not hot
-    pages = {"swagger_ui", "redoc", "docs_asset", "console_page", "console_asset"}
+    pages = {"swagger_ui", "redoc", "docs_asset", "console_page", "console_slash", "console_asset"}
     assert {r.name for r in plain} == HOT | {"metrics", "livez", "readyz"} | pages
     assert not any(isinstance(r, APIRoute) for r in plain)
     hot = [r for r in plain if r.name in HOT and not r.path.startswith("/v2/topics")]

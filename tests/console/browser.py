@@ -27,6 +27,7 @@ WINDOW = (1280, 800)  # the issue's "readable at 1280x800"
 # writes the docs' pictures (CONSOLE_SCREENSHOTS=docs/images)
 FAILURES = Path(__file__).resolve().parents[2] / ".artifacts" / "console"
 SHOTS = os.environ.get("CONSOLE_SCREENSHOTS")
+REPORT = "/reports/insights/report.html"  # the tests' service's CHARON_INSIGHTS_REPORT_URL (conftest.py)
 
 
 class Browser:

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.console.browser import FAILURES, Browser
+from tests.console.browser import FAILURES, REPORT, Browser
 from tests.servers import CharonProcess
 
 
 @pytest.fixture(scope="module")
 def service(redis_url: str) -> Iterator[CharonProcess]:
-    charon = CharonProcess(redis_url, namespace=f"console{uuid.uuid4().hex[:8]}").start()
+    env = {"CHARON_INSIGHTS_REPORT_URL": REPORT}  # where an operator published `charon insights`' report
+    charon = CharonProcess(redis_url, namespace=f"console{uuid.uuid4().hex[:8]}", env=env).start()
     yield charon
     charon.stop()
 

@@ -23,7 +23,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from api.routes.console import ASSETS
 from core.models import NewMessage, QueueRef
 from storage.registry import open_store
-from tests.console.browser import shot
+from tests.console.browser import REPORT, shot
 from tests.servers import CharonProcess
 
 pytestmark = pytest.mark.slow  # a live service and a browser
@@ -180,6 +180,8 @@ def test_a_dlq_filtered_a_message_opened_and_deleted(
     assert by_reason == f"max_claims {MAX_CLAIMS}\nrejected {REJECTED}"
     assert f"{SOURCE} {MAX_CLAIMS + REJECTED}" in browser.find_element(By.ID, "by-source").text
     assert browser.find_element(By.CSS_SELECTOR, "#chart svg rect")  # the rate of dead-lettering, drawn
+    link = browser.find_element(By.ID, "insights-report")  # CHARON_INSIGHTS_REPORT_URL, linked
+    assert link.get_attribute("href") == service.url + REPORT
     shot(browser, "dead-letters")
 
     Select(browser.find_element(By.ID, "filter-reason")).select_by_value("rejected")
@@ -192,13 +194,15 @@ def test_a_dlq_filtered_a_message_opened_and_deleted(
         in browser.find_element(By.ID, "messages-count").text
     )
 
+    total = MAX_CLAIMS + REJECTED
     first = rows(browser, "message-table")[0]
     mid = first.get_attribute("data-id")
     first.find_element(By.CSS_SELECTOR, "button.link").click()
     body = json.loads(find(browser, "#message-json").text)
     assert body["sku"] == "A-1"
     detail = browser.find_element(By.ID, "message-body").text
-    assert f"source queue {SOURCE}\nreason rejected\nrejection reason bad schema\n" in detail
+    assert f"source queue {SOURCE}\nreason rejected\nsignature (cause) " in detail
+    assert "\nrejection reason bad schema\n" in detail
     assert "rejection description field sku is unknown" in detail
     shot(browser, "message")
     browser.find_element(By.ID, "message-delete").click()
@@ -214,6 +218,8 @@ def test_a_dlq_filtered_a_message_opened_and_deleted(
     browser.find_element(By.ID, "delete-selected").click()
     find(browser, "#confirm")
     browser.find_element(By.CSS_SELECTOR, "#confirm button[value=cancel]").click()
+    time.sleep(1)  # what a cancelled confirmation would have sent, had it sent anything
+    assert api(service, project, "GET", f"/v2/queues/{DLQ}/stats").json()["messages"]["total"] == total - 1
     assert len(rows(browser, "message-table")) == REJECTED - 1
     browser.find_element(By.ID, "delete-selected").click()
     find(browser, "#confirm")
@@ -236,11 +242,21 @@ def test_a_redrive_dry_run_then_run_and_watched_to_its_end(
     browser.find_element(By.ID, "redrive-rate").send_keys("20")
     browser.find_element(By.ID, "redrive-dry-run").click()
     dry = find(browser, "#dry-run")
-    assert dry.text.startswith(f"{MAX_CLAIMS} would move to each message's source queue"), dry.text
+    said = f"{MAX_CLAIMS} would move to each message's source queue (reason max_claims)"
+    assert dry.text.startswith(said), dry.text
     assert api(service, project, "GET", f"/v2/queues/{SOURCE}/stats").json()["messages"]["total"] == 0
     wait(browser).until(lambda b: b.find_element(By.ID, "redrive-run").is_enabled())
+    # a filter changed after the dry run: its plan no longer holds, and the redrive waits for another
+    Select(browser.find_element(By.ID, "filter-reason")).select_by_value("rejected")
+    assert not browser.find_element(By.ID, "redrive-run").is_enabled()
+    assert browser.find_elements(By.ID, "dry-run") == []
+    Select(browser.find_element(By.ID, "filter-reason")).select_by_value("max_claims")
+    browser.find_element(By.ID, "redrive-dry-run").click()
+    wait(browser).until(lambda b: b.find_element(By.ID, "redrive-run").is_enabled())
     browser.find_element(By.ID, "redrive-run").click()
-    assert "20 a second" in find(browser, "#confirm").text
+    confirm = find(browser, "#confirm").text
+    assert f"Move up to {MAX_CLAIMS} dead letter(s) (reason max_claims) from {DLQ}" in confirm, confirm
+    assert "20 a second" in confirm
     browser.find_element(By.ID, "confirm-ok").click()
     task = find(browser, "#redrive-task")
     assert "running" in task.text or "succeeded" in task.text
@@ -255,6 +271,50 @@ def test_a_redrive_dry_run_then_run_and_watched_to_its_end(
     # only the rejected are left in the DLQ, and the page says so
     wait(browser).until(lambda b: "rejected" in b.find_element(By.ID, "by-reason").text)
     assert "max_claims" not in browser.find_element(By.ID, "by-reason").text
+
+
+def test_a_running_redrive_cancelled_keeps_what_it_moved(
+    browser: WebDriver, service: CharonProcess, project: str
+) -> None:
+    open_console(browser, service, project, f"#/q/{DLQ}")
+    wait(browser).until(lambda b: len(rows(b, "message-table")) == 20)
+    browser.find_element(By.ID, "redrive-rate").send_keys("2")  # slow enough to cancel mid-way
+    browser.find_element(By.ID, "redrive-dry-run").click()
+    wait(browser).until(lambda b: b.find_element(By.ID, "redrive-run").is_enabled())
+    browser.find_element(By.ID, "redrive-run").click()
+    find(browser, "#confirm")
+    browser.find_element(By.ID, "confirm-ok").click()
+    find(browser, "#redrive-cancel").click()
+    wait(browser).until(lambda b: "cancelled" in b.find_element(By.ID, "redrive-task").text)
+    time.sleep(1.5)  # a task that went on after its cancel would have moved more by now
+    source = api(service, project, "GET", f"/v2/queues/{SOURCE}/stats").json()["messages"]["total"]
+    dlq = api(service, project, "GET", f"/v2/queues/{DLQ}/stats").json()["messages"]["total"]
+    assert source < MAX_CLAIMS + REJECTED  # stopped before the end
+    assert source + dlq == MAX_CLAIMS + REJECTED  # and nothing lost
+    assert f"{source} moved" in browser.find_element(By.ID, "redrive-task").text
+
+
+def test_text_from_messages_is_shown_as_text_never_run(browser: WebDriver, service: CharonProcess) -> None:
+    """A producer or consumer writes bodies, rejection texts and queue metadata: the console shows them as
+    text, and no script of theirs runs."""
+    project = f"x{uuid.uuid4().hex[:8]}"
+    hostile = "<img src=x onerror=window.pwned=1><script>window.pwned=2</script>"
+    meta = {"_max_claim_count": 1, "_dead_letter_queue": DLQ, "note": hostile}
+    assert api(service, project, "PUT", f"/v2/queues/{SOURCE}", json=meta).status_code == 201
+    posted = {"messages": [{"ttl": 3600, "body": {"html": f"</pre>{hostile}"}}]}
+    assert api(service, project, "POST", f"/v2/queues/{SOURCE}/messages", json=posted).status_code == 201
+    claim = api(service, project, "POST", f"/v2/queues/{SOURCE}/claims?limit=1", json={"ttl": 60}).json()
+    href = claim["messages"][0]["href"]
+    rejected = {"reason": hostile, "description": hostile}
+    assert api(service, project, "POST", href.replace("?", "/dead_letter?"), json=rejected).status_code == 200
+    open_console(browser, service, project, f"#/q/{DLQ}")
+    wait(browser).until(lambda b: len(rows(b, "message-table")) == 1)
+    rows(browser, "message-table")[0].find_element(By.CSS_SELECTOR, "button.link").click()
+    assert hostile in find(browser, "#message-body").text
+    assert f"</pre>{hostile}" in browser.find_element(By.ID, "message-json").text
+    browser.get(f"{service.url}/console#/")
+    wait(browser).until(lambda b: len(rows(b, "queue-table")) == 2)
+    assert browser.execute_script("return window.pwned === undefined && document.images.length === 0")
 
 
 def test_the_apis_errors_are_shown_in_the_page(
@@ -324,6 +384,46 @@ def test_a_dlq_of_100000_shows_its_first_page_in_under_a_second(
         lambda b: f"Of the 20 read here, of {BIG}." in b.find_element(By.ID, "by-source").text
     )
     assert "max_claims 20" in browser.find_element(By.ID, "by-reason").text
+    first_page = [r.get_attribute("data-id") for r in rows(browser, "message-table")]
     browser.find_element(By.ID, "messages-next").click()  # the next page, by marker
     wait(browser).until(lambda b: "Page 2" in b.find_element(By.ID, "messages-pager").text)
-    assert len(rows(browser, "message-table")) == 20
+    second_page = [r.get_attribute("data-id") for r in rows(browser, "message-table")]
+    assert len(second_page) == 20
+    assert not set(first_page) & set(second_page)
+    browser.find_element(By.XPATH, "//div[@id='messages-pager']/button[.='Previous']").click()
+    wait(browser).until(
+        lambda b: [r.get_attribute("data-id") for r in rows(b, "message-table")] == first_page
+    )
+
+
+def test_a_cause_is_one_click_from_its_redrive(
+    browser: WebDriver, service: CharonProcess, project: str
+) -> None:
+    """The dead letters by failure signature (what `charon insights` names a cause): a cause's "Redrive this
+    cause" filters the DLQ to it and dry-runs its redrive; the redrive then moves exactly its messages."""
+    open_console(browser, service, project, f"#/q/{DLQ}")
+    wait(browser).until(lambda b: len(rows(b, "cause-table")) == 2)  # the rejected, and those out of claims
+    # counted over the whole DLQ (its dry run), an example of each from the page's dead letters
+    caption = browser.find_element(By.CSS_SELECTOR, "#cause-table caption").text
+    assert caption.startswith("In the whole DLQ"), caption
+    causes = {r.find_elements(By.TAG_NAME, "td")[2].text: r for r in rows(browser, "cause-table")}
+    assert set(causes) == {"", 'orders max_claims: {"order":0,"sku":null}'}, causes  # none of them read yet
+    counts = {r.find_elements(By.TAG_NAME, "td")[1].text for r in rows(browser, "cause-table")}
+    assert counts == {str(MAX_CLAIMS), str(REJECTED)}
+    browser.find_element(By.ID, "messages-next").click()  # the second page: the rejected among them
+    wait(browser).until(lambda b: "field sku is unknown" in b.find_element(By.ID, "cause-table").text)
+    causes = {r.find_elements(By.TAG_NAME, "td")[2].text: r for r in rows(browser, "cause-table")}
+    rejected = causes["field sku is unknown"]
+    signature = rejected.get_attribute("data-signature")
+    assert rejected.find_elements(By.TAG_NAME, "td")[1].text == str(REJECTED)
+    rejected.find_element(By.TAG_NAME, "button").click()
+    dry = find(browser, "#dry-run")
+    assert dry.text.startswith(f"{REJECTED} would move"), dry.text
+    assert browser.find_element(By.ID, "filter-signature").get_attribute("value") == signature
+    wait(browser).until(lambda b: len(rows(b, "message-table")) == REJECTED)
+    browser.find_element(By.ID, "redrive-run").click()
+    find(browser, "#confirm")
+    browser.find_element(By.ID, "confirm-ok").click()
+    wait(browser, 30).until(lambda b: "succeeded" in b.find_element(By.ID, "redrive-task").text)
+    back = api(service, project, "GET", f"/v2/queues/{SOURCE}/messages?echo=true&limit=20").json()["messages"]
+    assert sorted(m["body"]["order"] for m in back) == list(range(MAX_CLAIMS, MAX_CLAIMS + REJECTED))

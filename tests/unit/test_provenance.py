@@ -73,7 +73,10 @@ def test_every_provenance_attribute_is_a_row() -> None:
 
 def test_the_api_schema_has_the_wire_fields_in_the_wire_order() -> None:
     everything = DeadLetter("s", "rejected", 1, NOW, NOW, 1, Rejection("r", "d"), "c")
-    assert list(DeadLetterOut.model_fields) == list(wire.dead_letter(everything))
+    m = Message(MessageId("0" * 32), "q", {"n": 1}, 60, NOW, NOW + 60_000, dead_letter=everything)
+    read = wire.message(m, NOW, wire.Shown(signature=True))["dead_letter"]  # the API's reads
+    assert list(read) == [*wire.dead_letter(everything), "signature"]  # the signature last, computed
+    assert list(DeadLetterOut.model_fields) == list(read)
     required = {name for name, f in DeadLetterOut.model_fields.items() if f.is_required()}
     assert required == {p.wire for p in PROVENANCE if not p.optional and not p.rejection}
 
