@@ -537,7 +537,7 @@ function renderCauses() {
     for (const sig of [...causes.keys()]) if (!(sig in whole)) causes.delete(sig);
   }
   const rows = [...causes.entries()].sort((a, b) => b[1].n - a[1].n).map(([sig, c]) => el("tr", { "data-signature": sig },
-    el("td", {}, el("code", { text: sig })), el("td", { class: "num", text: String(c.n) }), el("td", { class: "body", text: c.example || "" }),
+    el("td", {}, el("code", { text: sig })), el("td", { class: "num", text: String(c.n) }), el("td", { class: "body", text: c.example || "(none of them read here yet)" }),
     el("td", {}, el("button", { type: "button", onclick: () => redriveCause(sig) }, "Redrive this cause…"))));
   const said = whole ? "In the whole DLQ (its redrive dry run); an example of each from the dead letters read here."
     : `Of the ${current.seen.size} dead letters read here.`;
